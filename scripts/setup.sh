@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One idempotent set-up: Debian packages, the project venv (torch + torchvision from PyPI),
+# then a CMake build. Everything big lives outside the clone, under $FOLDNORM_CACHE.
+# Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${FOLDNORM_CACHE:-$HOME/.cache/foldnorm}
+venv=$cache/venv
+build=${FOLDNORM_BUILD:-$here/build}
+torch_version=2.11.0
+torchvision_version=0.26.0
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+apt_packages=(
+  build-essential cmake ninja-build ccache pkg-config python3-venv
+  libboost-graph-dev libboost-tools-dev libgraphviz-dev graphviz
+  libimgui-dev libglfw3-dev libgl-dev libstb-dev
+  catch2 nlohmann-json3-dev libcli11-dev libfmt-dev
+  xvfb xauth libgl1-mesa-dri libglx-mesa0 mesa-utils gnuplot-nox
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  say "Debian packages: all ${#apt_packages[@]} present"
+fi
+
+mkdir -p "$cache"
+py=${FOLDNORM_PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating venv $venv"
+  "$py" -m venv "$venv"
+fi
+have=$("$venv/bin/python" -c 'import torch, torchvision; print(torch.__version__.split("+")[0], torchvision.__version__.split("+")[0])' 2>/dev/null || true)
+if [ "$have" != "$torch_version $torchvision_version" ]; then
+  say "installing torch==$torch_version torchvision==$torchvision_version into $venv (several GB the first time)"
+  "$venv/bin/pip" install --progress-bar on "torch==$torch_version" "torchvision==$torchvision_version"
+else
+  say "venv: torch $torch_version, torchvision $torchvision_version present"
+fi
+
+[ "${1:-}" = "--no-build" ] && exit 0
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  say "configuring $build"
+  cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DFOLDNORM_PYTHON="$venv/bin/python"
+fi
+say "building (ccache dir: ${CCACHE_DIR:-$cache/ccache})"
+CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} cmake --build "$build" -j "$(nproc)"

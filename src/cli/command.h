@@ -1,0 +1,36 @@
+// Subcommand registry: each cli/cmd_*.cpp registers itself; main.cpp knows none of them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace foldnorm::cli {
+
+/// Adds a subcommand to `app`; its callback sets `exitCode` (0 = success) or throws
+/// foldnorm::Error for user errors.
+using CommandSetup = std::function<void(CLI::App& app, int& exitCode)>;
+
+struct CommandEntry {
+  std::string name;
+  CommandSetup setup;
+};
+
+std::vector<CommandEntry>& commandRegistry();
+
+struct CommandRegistrar {
+  CommandRegistrar(std::string name, CommandSetup setup) {
+    commandRegistry().push_back({std::move(name), std::move(setup)});
+  }
+};
+
+/// Reads `--input SPEC` options (repeatable) into the vector; shared by every model command.
+void addInputOption(CLI::App& cmd, std::vector<std::string>& specs);
+
+}  // namespace foldnorm::cli
+
+#define FOLDNORM_CONCAT_INNER(a, b) a##b
+#define FOLDNORM_CONCAT(a, b) FOLDNORM_CONCAT_INNER(a, b)
+#define FOLDNORM_REGISTER_COMMAND(name, fn) \
+  static ::foldnorm::cli::CommandRegistrar FOLDNORM_CONCAT(kRegistrar_, __LINE__)(name, fn)

@@ -1,0 +1,59 @@
+// foldnorm: find LayerNorms that fold into RMSNorm, explain, apply, verify, time.
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "command.h"
+#include "foldnorm/common/error.h"
+
+namespace foldnorm::cli {
+
+std::vector<CommandEntry>& commandRegistry() {
+  static std::vector<CommandEntry> registry;
+  return registry;
+}
+
+void addInputOption(CLI::App& cmd, std::vector<std::string>& specs) {
+  cmd.add_option("--input,-i", specs,
+                 "Example input SHAPE:DTYPE[lo,hi), repeatable, e.g. 2x16:int64[0,50257) "
+                 "(default: the spec embedded in the model)")
+      ->take_all();
+}
+
+}  // namespace foldnorm::cli
+
+namespace {
+// c10 errors carry a C++ backtrace after the first line; users get the message only.
+std::string firstLine(const std::string& s) {
+  auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"foldnorm: find the LayerNorms of a traced PyTorch model that fold exactly into "
+               "RMSNorm, explain why, apply the fold, verify it and time it."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "foldnorm 0.1.0");
+  int exitCode = 0;
+  auto& registry = foldnorm::cli::commandRegistry();
+  std::sort(registry.begin(), registry.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& entry : registry) entry.setup(app, exitCode);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const foldnorm::Error& e) {
+    std::cerr << "foldnorm: error: " << e.what() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "foldnorm: error: " << firstLine(e.what_without_backtrace()) << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "foldnorm: error: " << firstLine(e.what()) << "\n";
+    return 2;
+  }
+  return exitCode;
+}
