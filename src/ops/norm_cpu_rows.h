@@ -1,0 +1,254 @@
+// The CPU row kernels of foldnorm::rms_norm / foldnorm::layer_norm, as templates. Included by
+// exactly one translation unit per instruction set (norm_cpu_portable.cpp, norm_cpu_avx2.cpp),
+// each of which first defines CPU_CAPABILITY (so at::vec::Vectorized takes that ISA's
+// implementation) and FOLDNORM_NORM_CPU_ENTRY (the name of its entry point). Everything here has
+// internal linkage, so the two copies never meet at link time.
+//
+// Per row (one thread per row, rows split over at::parallel_for):
+//   RMS:   pass 1 reads x once for sum(x^2); pass 2 re-reads x (now in L1/L2) and writes
+//          y = (x * rstd) * w + b, with w/b fused.
+//   Layer: pass 1 sum(x) -> mean; pass 2 sum((x - mean)^2) from cache (two-pass, no cancellation);
+//          pass 3 y = (x * rstd - mean * rstd) * w + b, the arithmetic of ATen's CPU LayerNorm.
+// So both read x from memory once and write y once; the LayerNorm does one more pass over a row
+// that is already in cache. Accumulation in float (double for double), in vectors of two
+// independent accumulators, remainder in scalar code; no allocations.
+#pragma once
+
+#ifndef CPU_CAPABILITY
+#error "define CPU_CAPABILITY (DEFAULT or AVX2) before including norm_cpu_rows.h"
+#endif
+#ifndef FOLDNORM_NORM_CPU_ENTRY
+#error "define FOLDNORM_NORM_CPU_ENTRY before including norm_cpu_rows.h"
+#endif
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "norm_cpu_kernels.h"
+
+namespace foldnorm::ops {
+namespace {
+
+using at::vec::Vectorized;
+
+// Enough elements per parallel task that the fork/join cost is small next to the memory traffic
+// (ATen's internal GRAIN_SIZE).
+constexpr int64_t kMinElementsPerTask = 32768;
+
+template <typename T>
+struct AccumulateOf {
+  using type = float;
+};
+template <>
+struct AccumulateOf<double> {
+  using type = double;
+};
+
+// A chunk is two accumulator vectors' worth of elements: for 16-bit types exactly one
+// Vectorized<T>, which converts to two Vectorized<float>.
+template <typename T>
+struct ChunkOf {
+  using Acc = typename AccumulateOf<T>::type;
+  using AccVec = Vectorized<Acc>;
+  static constexpr int64_t kWidth = AccVec::size();
+  static constexpr int64_t kSize = 2 * kWidth;
+};
+
+static_assert(Vectorized<c10::BFloat16>::size() == 2 * Vectorized<float>::size());
+static_assert(Vectorized<c10::Half>::size() == 2 * Vectorized<float>::size());
+
+// Loads ChunkOf<.>::kSize elements of S from p into two accumulator vectors.
+template <typename Acc, typename S>
+inline void loadChunk(const S* p, Vectorized<Acc>& lo, Vectorized<Acc>& hi) {
+  if constexpr (std::is_same_v<S, Acc>) {
+    lo = Vectorized<Acc>::loadu(p);
+    hi = Vectorized<Acc>::loadu(p + Vectorized<Acc>::size());
+  } else {
+    static_assert(std::is_same_v<Acc, float>, "16-bit types accumulate in float");
+    auto halves = at::vec::convert_to_float<S>(Vectorized<S>::loadu(p));
+    lo = std::get<0>(halves);
+    hi = std::get<1>(halves);
+  }
+}
+
+template <typename Acc, typename S>
+inline void storeChunk(S* p, const Vectorized<Acc>& lo, const Vectorized<Acc>& hi) {
+  if constexpr (std::is_same_v<S, Acc>) {
+    lo.store(p);
+    hi.store(p + Vectorized<Acc>::size());
+  } else {
+    // One rounding from the float result to the 16-bit output (round to nearest even).
+    at::vec::convert_from_float<S>(lo, hi).store(p);
+  }
+}
+
+template <typename Acc>
+inline Acc horizontalSum(const Vectorized<Acc>& v) {
+  return at::vec::vec_reduce_all<Acc>([](Vectorized<Acc>& a, Vectorized<Acc>& b) { return a + b; },
+                                      v);
+}
+
+template <typename T>
+typename ChunkOf<T>::Acc sumRow(const T* x, int64_t n) {
+  using C = ChunkOf<T>;
+  using Acc = typename C::Acc;
+  typename C::AccVec a0(Acc(0)), a1(Acc(0)), lo, hi;
+  int64_t j = 0;
+  for (; j + C::kSize <= n; j += C::kSize) {
+    loadChunk<Acc>(x + j, lo, hi);
+    a0 = a0 + lo;
+    a1 = a1 + hi;
+  }
+  Acc s = horizontalSum<Acc>(a0 + a1);
+  for (; j < n; ++j) s += static_cast<Acc>(x[j]);
+  return s;
+}
+
+// sum((x - center)^2); center = 0 gives RMSNorm's sum of squares.
+template <typename T, bool kCentered>
+typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
+                                             typename ChunkOf<T>::Acc center) {
+  using C = ChunkOf<T>;
+  using Acc = typename C::Acc;
+  typename C::AccVec a0(Acc(0)), a1(Acc(0)), lo, hi;
+  const typename C::AccVec c(center);
+  int64_t j = 0;
+  for (; j + C::kSize <= n; j += C::kSize) {
+    loadChunk<Acc>(x + j, lo, hi);
+    if constexpr (kCentered) {
+      lo = lo - c;
+      hi = hi - c;
+    }
+    a0 = at::vec::fmadd(lo, lo, a0);
+    a1 = at::vec::fmadd(hi, hi, a1);
+  }
+  Acc s = horizontalSum<Acc>(a0 + a1);
+  for (; j < n; ++j) {
+    Acc v = static_cast<Acc>(x[j]);
+    if constexpr (kCentered) v -= center;
+    s += v * v;
+  }
+  return s;
+}
+
+// y = (x * scale [+ shift]) [* w] [+ b]; shift only for LayerNorm (-mean * rstd).
+template <typename T, typename P, bool kShift, bool kWeight, bool kBias>
+void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename ChunkOf<T>::Acc scale,
+              typename ChunkOf<T>::Acc shift) {
+  using C = ChunkOf<T>;
+  using Acc = typename C::Acc;
+  using V = typename C::AccVec;
+  const V vScale(scale), vShift(shift);
+  V lo, hi, wLo, wHi, bLo, bHi;
+  int64_t j = 0;
+  for (; j + C::kSize <= n; j += C::kSize) {
+    loadChunk<Acc>(x + j, lo, hi);
+    if constexpr (kShift) {
+      lo = at::vec::fmadd(lo, vScale, vShift);
+      hi = at::vec::fmadd(hi, vScale, vShift);
+    } else {
+      lo = lo * vScale;
+      hi = hi * vScale;
+    }
+    if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
+    if constexpr (kWeight) {
+      loadChunk<Acc>(w + j, wLo, wHi);
+      if constexpr (kBias) {
+        lo = at::vec::fmadd(lo, wLo, bLo);
+        hi = at::vec::fmadd(hi, wHi, bHi);
+      } else {
+        lo = lo * wLo;
+        hi = hi * wHi;
+      }
+    } else if constexpr (kBias) {
+      lo = lo + bLo;
+      hi = hi + bHi;
+    }
+    storeChunk<Acc>(y + j, lo, hi);
+  }
+  for (; j < n; ++j) {
+    Acc v = static_cast<Acc>(x[j]) * scale;
+    if constexpr (kShift) v += shift;
+    if constexpr (kWeight) v *= static_cast<Acc>(w[j]);
+    if constexpr (kBias) v += static_cast<Acc>(b[j]);
+    y[j] = static_cast<T>(v);
+  }
+}
+
+template <typename T, typename P, bool kLayer, bool kWeight, bool kBias>
+void normRows(const NormCpuCall& call) {
+  using Acc = typename ChunkOf<T>::Acc;
+  const T* x = static_cast<const T*>(call.x);
+  const P* w = static_cast<const P*>(call.weight);
+  const P* b = static_cast<const P*>(call.bias);
+  T* y = static_cast<T*>(call.y);
+  const int64_t n = call.cols;
+  const Acc count = static_cast<Acc>(n);
+  // aten::layer_norm converts eps to the accumulation type too.
+  const Acc eps = static_cast<Acc>(call.eps);
+  const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(n, 1));
+  at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      if constexpr (kLayer) {
+        const Acc mean = sumRow(xr, n) / count;
+        const Acc var = sumSquaredDeviations<T, true>(xr, n, mean) / count;
+        const Acc rstd = Acc(1) / std::sqrt(var + eps);
+        writeRow<T, P, true, kWeight, kBias>(xr, w, b, yr, n, rstd, -mean * rstd);
+      } else {
+        const Acc meanSquare = sumSquaredDeviations<T, false>(xr, n, Acc(0)) / count;
+        const Acc rstd = Acc(1) / std::sqrt(meanSquare + eps);
+        writeRow<T, P, false, kWeight, kBias>(xr, w, b, yr, n, rstd, Acc(0));
+      }
+    }
+  });
+}
+
+template <typename T, typename P, bool kLayer>
+void normRowsByAffine(const NormCpuCall& call) {
+  const bool w = call.weight != nullptr, b = call.bias != nullptr;
+  if (w && b) return normRows<T, P, kLayer, true, true>(call);
+  if (w) return normRows<T, P, kLayer, true, false>(call);
+  if (b) return normRows<T, P, kLayer, false, true>(call);
+  normRows<T, P, kLayer, false, false>(call);
+}
+
+template <typename T, typename P>
+void normRowsByKind(const NormCpuCall& call) {
+  if (call.kind == NormKind::kLayer) return normRowsByAffine<T, P, true>(call);
+  normRowsByAffine<T, P, false>(call);
+}
+
+// 16-bit inputs take parameters of their own type or float32 (checked by the caller).
+template <typename T>
+void normRowsReduced(const NormCpuCall& call) {
+  if (call.paramType == c10::ScalarType::Float) return normRowsByKind<T, float>(call);
+  normRowsByKind<T, T>(call);
+}
+
+}  // namespace
+
+void FOLDNORM_NORM_CPU_ENTRY(const NormCpuCall& call) {
+  switch (call.dataType) {
+    case c10::ScalarType::Float:
+      return normRowsByKind<float, float>(call);
+    case c10::ScalarType::Double:
+      return normRowsByKind<double, double>(call);
+    case c10::ScalarType::BFloat16:
+      return normRowsReduced<c10::BFloat16>(call);
+    case c10::ScalarType::Half:
+      return normRowsReduced<c10::Half>(call);
+    default:
+      TORCH_CHECK(false, opName(call.kind), ": no CPU kernel for dtype ", call.dataType);
+  }
+}
+
+}  // namespace foldnorm::ops
