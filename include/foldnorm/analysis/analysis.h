@@ -1,0 +1,98 @@
+// Which LayerNorms fold into RMSNorm, which parameters to center, and why not.
+//
+// AnalyzeFoldability(graph) runs in three phases (docs/design.md):
+//  1. Mean-zero facts, one forward pass in topological order (the paper's Algorithm 1,
+//     generalised by the rule registry): every tensor value gets "mean-zero along axes B by
+//     centering leaves L" or "broken at node N, because ...".
+//  2. Candidates: an LN whose input is mean-zero along axes within its normalized axes.
+//  3. Safety, to a fixed point: every leaf the candidates need is centered, and centering changes
+//     its output by a shift constant along its axes for EVERY consumer. The shift is followed
+//     forward (per leaf, meet over paths); it must end in absorbers. A leaf whose shift reaches
+//     anything else (a model output, a linear reading the residual stream, a nonlinearity) is
+//     unsafe, and so is every LN that needs it. A parameter read by anything other than the
+//     centered leaves (tied weights, shared storage) is untied (copied) unless untie is
+//     forbidden, in which case its LNs are not foldable. Removing an LN can only remove
+//     leaves, so the loop ends.
+// Everything here is torch-free and linear in the graph for phases 1-2; phase 3 follows each
+// centered leaf's shift through the part of the graph it reaches.
+#pragma once
+
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "foldnorm/analysis/facts.h"
+#include "foldnorm/graph/summary.h"
+
+namespace foldnorm {
+
+struct AnalysisOptions {
+  bool allowUntie = true;           // false: --no-untie
+  std::vector<std::string> only;    // if non-empty: fold only LNs whose module path is listed
+};
+
+/// Where a centered leaf's shift went.
+struct ShiftCheck {
+  bool safe = true;
+  NodeId consumer = kNone;          // unsafe: the node that sees the change
+  std::string why;                  // unsafe: in words
+  std::vector<NodeId> path;         // unsafe: leaf node ... consumer
+  std::vector<NodeId> absorbers;    // the absorbers the shift reached
+  std::size_t visited = 0;          // values visited (cost)
+};
+
+enum class VerdictReason { None, Breaker, Axes, UnsafeShift, SharedParameter, ParameterConflict,
+                           NotSelected, NoAxes };
+const char* toString(VerdictReason reason);
+
+struct LayerNormVerdict {
+  LayerNormInfo info;
+  bool foldable = false;
+  std::vector<LeafId> leaves;       // the leaves its input depends on (to center when foldable)
+  VerdictReason reason = VerdictReason::None;
+  std::string explanation;          // one line
+  NodeId breaker = kNone;           // Breaker: the breaking node
+  std::vector<NodeId> path;         // Breaker: LN, ..., breaker. UnsafeShift: leaf, ..., consumer
+  LeafId unsafeLeaf = kNone;        // UnsafeShift / SharedParameter: the leaf
+  NodeId consumer = kNone;          // UnsafeShift: who sees the change
+  ParamId sharedParameter = kNone;  // SharedParameter / ParameterConflict
+};
+
+/// One parameter the fold changes.
+struct ParameterPlan {
+  ParamId param = kNone;
+  std::vector<CenterAction> actions;  // applied in order (commuting projections)
+  std::vector<LeafId> leaves;         // the centered leaves that read it
+  bool untie = false;                 // other reads keep the original; the leaves get a copy
+  std::vector<ValueId> otherReads;    // untie: the reads that keep the original
+  int64_t untieBytes = 0;
+};
+
+struct AnalysisResult {
+  std::vector<MeanZeroFact> facts;   // per value
+  std::vector<Leaf> leaves;
+  std::vector<LayerNormVerdict> layerNorms;  // graph order
+  std::vector<ParameterPlan> plan;           // parameters to change
+  std::map<LeafId, ShiftCheck> shiftChecks;  // for every leaf that was a candidate's
+  std::set<LeafId> centeredLeaves;
+  int iterations = 0;
+  double milliseconds = 0;
+
+  std::size_t foldableCount() const;
+  int64_t untieBytes() const;
+  const LayerNormVerdict* verdictFor(NodeId lnNode) const;
+};
+
+AnalysisResult analyzeFoldability(const Graph& graph, const AnalysisOptions& options = {});
+
+/// Nodes of the path, rendered "aten::add @ h.0 <- aten::addmm @ h.0.attn.c_proj ...".
+std::string describePath(const Graph& graph, const std::vector<NodeId>& path, const char* arrow);
+
+// Reports (report.cpp). JSON schema "foldnorm-analysis/1" is documented in docs/json-schema.md.
+nlohmann::json toJson(const Graph& graph, const AnalysisResult& result, const std::string& modelPath);
+std::string toText(const Graph& graph, const AnalysisResult& result, bool verbose = false);
+std::string describeLeaf(const Graph& graph, const Leaf& leaf);
+
+}  // namespace foldnorm

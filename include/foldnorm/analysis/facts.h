@@ -1,0 +1,94 @@
+// The lattice values of the foldability analysis (docs/design.md, "Analysis").
+//
+// Two facts per tensor value, each a small value type kept apart from the solver:
+//  - MeanZeroFact (forward, per value): "this value can be made exactly mean-zero along the axes
+//    `axes` by centering the leaves `leaves`" — or why not (the breaking node and the input it
+//    was blamed on, so a path can be walked back). Mean-zero along a set B implies mean-zero
+//    along every superset of B, so the smallest B is kept.
+//  - ShiftFact (forward, per centered leaf): "centering that leaf changed this value by a term
+//    that is constant along `constantAxes`". An absorber (LayerNorm over axes within the set,
+//    softmax over an axis within it) removes it; anything that is neither absorber nor
+//    shift-passing op sees a changed value, and the leaf is unsafe.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "foldnorm/graph/graph.h"
+
+namespace foldnorm {
+
+/// A set of tensor axes (dims < 64) as a bit mask.
+class AxisSet {
+ public:
+  AxisSet() = default;
+  static AxisSet of(std::initializer_list<int64_t> axes);
+  static AxisSet fromMask(uint64_t mask) { AxisSet s; s.mask_ = mask; return s; }
+  static AxisSet trailing(int64_t rank, int64_t count);  // the last `count` axes of `rank`
+  void insert(int64_t axis) { mask_ |= (uint64_t{1} << axis); }
+  void erase(int64_t axis) { mask_ &= ~(uint64_t{1} << axis); }
+  bool contains(int64_t axis) const { return axis >= 0 && axis < 64 && ((mask_ >> axis) & 1); }
+  bool empty() const { return mask_ == 0; }
+  bool subsetOf(const AxisSet& o) const { return (mask_ & ~o.mask_) == 0; }
+  AxisSet operator|(const AxisSet& o) const { return fromMask(mask_ | o.mask_); }
+  AxisSet operator&(const AxisSet& o) const { return fromMask(mask_ & o.mask_); }
+  bool operator==(const AxisSet& o) const { return mask_ == o.mask_; }
+  bool operator!=(const AxisSet& o) const { return mask_ != o.mask_; }
+  std::vector<int64_t> axes() const;
+  uint64_t mask() const { return mask_; }
+  int64_t size() const;
+
+ private:
+  uint64_t mask_ = 0;
+};
+std::ostream& operator<<(std::ostream& os, const AxisSet& s);
+std::string toString(const AxisSet& s);
+
+using LeafId = std::size_t;
+
+/// How a parameter is centered: subtract its mean along `axis`, separately within each of
+/// `groups` equal blocks of that axis (grouped convolutions), in float64, cast back.
+struct CenterAction {
+  ParamId param = kNone;
+  int64_t axis = 0;
+  int64_t groups = 1;
+  bool operator==(const CenterAction& o) const {
+    return param == o.param && axis == o.axis && groups == o.groups;
+  }
+};
+
+enum class LeafKind { Linear, Addmm, Matmul, Convolution, Embedding, Parameter, MeanSubtraction };
+const char* toString(LeafKind kind);
+
+/// A node whose output can be made mean-zero along `axes` by centering parameters.
+struct Leaf {
+  LeafId id = kNone;
+  LeafKind kind = LeafKind::Linear;
+  NodeId node = kNone;          // the op (for LeafKind::Parameter: the node reading the parameter)
+  ValueId output = kNone;       // the value that becomes mean-zero
+  AxisSet axes;                 // along which
+  std::vector<CenterAction> actions;  // empty for MeanSubtraction
+  std::vector<NodeId> chain;    // transposes etc. between a weight parameter and the op
+  std::string rule;             // the rule that made it a leaf
+};
+
+struct MeanZeroFact {
+  enum class State { Unknown, MeanZero, Broken };
+  State state = State::Unknown;
+  AxisSet axes;                  // MeanZero: along which (smallest set)
+  std::vector<LeafId> leaves;    // MeanZero: sorted, unique
+  NodeId breaker = kNone;        // Broken: the node that broke it (may be upstream)
+  std::string reason;            // Broken: why, in words
+  ValueId blamed = kNone;        // Broken by propagation: the input it came from
+  std::string rule;              // the rule that produced this fact
+
+  static MeanZeroFact meanZero(AxisSet axes, std::vector<LeafId> leaves, std::string rule);
+  static MeanZeroFact broken(NodeId breaker, std::string reason, std::string rule);
+  static MeanZeroFact propagated(const MeanZeroFact& from, ValueId blamed, std::string rule);
+  bool isMeanZero() const { return state == State::MeanZero; }
+};
+std::ostream& operator<<(std::ostream& os, const MeanZeroFact& f);
+
+}  // namespace foldnorm

@@ -1,0 +1,44 @@
+// The torch side of an imported model: what the fold, the verifier and the benchmarks need
+// beyond foldnorm::Graph. Only torch-facing code includes this.
+#pragma once
+
+#include <torch/script.h>
+
+#include <string>
+#include <vector>
+
+#include "foldnorm/import/input_spec.h"
+#include "foldnorm/import/torchscript.h"
+
+namespace foldnorm {
+
+struct TorchModel {
+  torch::jit::Module module;                  // as loaded (not modified by import)
+  std::shared_ptr<torch::jit::Graph> graph;   // forward, inlined; first input is `self`
+  std::vector<torch::jit::Node*> nodes;       // Node::origin -> node of `graph`
+  std::vector<torch::jit::Value*> values;     // ValueId -> value of `graph`
+  std::vector<at::Tensor> parameterTensors;   // ParamId -> tensor (constants included)
+  std::vector<at::Tensor> exampleInputs;      // what shapes were recorded with
+  std::vector<at::Tensor> exampleOutputs;     // the model's outputs on them (flattened)
+};
+
+/// Example inputs drawn from specs (seeded, reproducible).
+std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
+
+/// Runs `graph` (first input `self`) on `module` and `inputs`; returns the graph's outputs
+/// with tuples and lists flattened to tensors. Runs with the graph executor's optimisations off.
+std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
+                                 const std::shared_ptr<torch::jit::Graph>& graph,
+                                 const std::vector<at::Tensor>& inputs);
+
+/// Imports an already-loaded module (shared by the .pt and IR paths).
+ImportedModel importModule(torch::jit::Module module, std::string path,
+                           std::vector<InputSpec> specs, bool specFromModel,
+                           const ImportOptions& options);
+
+/// Inlined copy of a module's forward graph.
+std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module);
+
+std::string dtypeName(at::ScalarType type);
+
+}  // namespace foldnorm

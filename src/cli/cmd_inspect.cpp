@@ -1,0 +1,44 @@
+// foldnorm inspect MODEL.pt [--input SPEC]... [--json]
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "foldnorm/graph/summary.h"
+#include "foldnorm/import/torchscript.h"
+
+namespace foldnorm::cli {
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  bool json = false;
+};
+
+void setup(CLI::App& app, int& exitCode) {
+  auto opts = std::make_shared<InspectOptions>();
+  auto* cmd = app.add_subcommand("inspect", "Import a traced model and show its ops, layer norms, "
+                                            "parameters, tied groups and I/O shapes");
+  cmd->add_option("model", opts->model, "TorchScript file (.pt) from torch.jit.trace")->required();
+  addInputOption(*cmd, opts->inputs);
+  cmd->add_flag("--json", opts->json, "Print the documented JSON (schema foldnorm-inspect/1)");
+  cmd->callback([opts, &exitCode] {
+    ImportOptions io;
+    for (const auto& s : opts->inputs) io.inputs.push_back(parseInputSpec(s));
+    io.progress = [](const std::string& m) { std::cerr << "[foldnorm] " << m << "\n"; };
+    auto model = importTorchScript(opts->model, io);
+    std::vector<std::string> specs;
+    for (const auto& s : model.inputSpecs) specs.push_back(s.toString());
+    auto summary = summarize(model.graph, model.path, specs);
+    if (opts->json) std::cout << toJson(summary).dump(2) << "\n";
+    else std::cout << toText(summary);
+    exitCode = 0;
+  });
+}
+
+FOLDNORM_REGISTER_COMMAND("inspect", setup);
+
+}  // namespace
+}  // namespace foldnorm::cli
