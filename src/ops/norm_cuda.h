@@ -1,0 +1,41 @@
+// The CUDA launcher of foldnorm::rms_norm / foldnorm::layer_norm. Plain pointers only, so that
+// norm_cuda.cu needs no LibTorch headers; norm_cuda_register.cpp turns tensors into a call.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace foldnorm::ops::cuda {
+
+enum class NormDtype { kFloat32, kFloat64, kBFloat16, kFloat16 };
+
+struct NormCudaCall {
+  bool layerNorm = false;
+  NormDtype dataType = NormDtype::kFloat32;
+  NormDtype paramType = NormDtype::kFloat32;  // the input's type, or float32 for 16-bit inputs
+  const void* x = nullptr;
+  const void* weight = nullptr;  // may be null
+  const void* bias = nullptr;    // may be null
+  void* y = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  double eps = 0;
+};
+
+/// Which kernel and launch shape a call takes; the tests and the benchmark print it.
+struct NormCudaPlan {
+  bool registerRow = false;  // row held in registers (fast path); else warp-per-row fallback
+  int threadsPerRow = 0;
+  int itemsPerThread = 0;  // 16-byte vectors per thread (register path)
+  int vectorElements = 0;  // elements per 16-byte vector (register path)
+  int rowsPerBlock = 0;
+  int64_t blocks = 0;
+};
+
+NormCudaPlan planNorm(const NormCudaCall& call);
+
+/// Launches on `stream`; returns the launch error (cudaSuccess when none).
+cudaError_t launchNorm(const NormCudaCall& call, cudaStream_t stream);
+
+}  // namespace foldnorm::ops::cuda
