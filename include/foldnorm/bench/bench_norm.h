@@ -1,0 +1,78 @@
+// `foldnorm bench-norm`: the norm kernels side by side in one run. Per shape and dtype, our RMSNorm,
+// aten::layer_norm, aten::rms_norm, our fused LayerNorm and a memory copy of the same bytes are
+// timed interleaved (the variant order rotates every round), after warm-up; each variant reports
+// median and p10-p90 over the rounds and effective bandwidth (bytes read + written / median).
+//
+// Outputs: ours and the copy write into preallocated outputs. ATen's ops have no out= form, so on
+// the CPU they allocate per call from a heap kept warm (glibc mmap off, no trimming: no page faults
+// of fresh >= 32 MiB allocations are timed, see /work/shared/notes.md); on CUDA from the caching
+// allocator. On CUDA every sample is timed with events on the current stream and, unless warm L2
+// is asked for, a 256 MiB buffer (over twice the L2 of any current NVIDIA GPU) is zeroed before it, outside
+// the events, as Triton's do_bench does.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace foldnorm::bench {
+
+struct BenchNormOptions {
+  std::string device = "cpu";  // cpu | cuda
+  std::vector<std::string> dtypes{"float32", "bfloat16"};
+  std::vector<int64_t> hidden{768, 1024, 2048, 4096, 8192};
+  std::vector<int64_t> rows{512, 2048, 8192, 16384};
+  int reps = 30;
+  int warmup = 3;
+  double eps = 1e-5;
+  bool flushL2 = true;  // CUDA only
+};
+
+struct VariantTiming {
+  std::string name;
+  double bytes = 0;  // read + written per call
+  double medianMs = 0;
+  double p10Ms = 0;
+  double p90Ms = 0;
+  double gbPerSecond = 0;  // bytes / median
+};
+
+struct BenchNormCase {
+  std::string dtype;
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  std::vector<VariantTiming> variants;  // kVariantNames order
+
+  const VariantTiming& variant(const std::string& name) const;
+};
+
+struct BenchNormReport {
+  std::string device;
+  int threads = 0;
+  std::string cpuKernelIsa;
+  bool l2Flushed = false;
+  int reps = 0;
+  int warmup = 0;
+  std::string outputs;  // how outputs were provided, said with the numbers
+  std::vector<BenchNormCase> cases;
+};
+
+inline constexpr const char* kCopyVariant = "copy";
+inline constexpr const char* kOursRmsVariant = "foldnorm::rms_norm";
+inline constexpr const char* kOursLayerVariant = "foldnorm::layer_norm";
+inline constexpr const char* kAtenLayerVariant = "aten::layer_norm";
+inline constexpr const char* kAtenRmsVariant = "aten::rms_norm";
+
+/// Checks the options (throws foldnorm::Error naming the bad one) and runs every shape;
+/// progress lines go to `progress`.
+BenchNormReport runNormBench(const BenchNormOptions& options, std::ostream& progress);
+
+nlohmann::json toJson(const BenchNormReport& report);
+
+/// A plain-text table: one block per case, ratios against the copy and against aten::layer_norm.
+std::string formatNormBenchTable(const BenchNormReport& report);
+
+}  // namespace foldnorm::bench

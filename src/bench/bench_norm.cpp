@@ -1,0 +1,298 @@
+#include "foldnorm/bench/bench_norm.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <malloc.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "foldnorm/common/error.h"
+#include "foldnorm/ops/rms_norm.h"
+
+namespace foldnorm::bench {
+namespace {
+
+// printf-style formatting: LibTorch bundles its own {fmt} headers, which shadow the system
+// library this target links, so torch-facing code keeps to the C library here.
+std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* pattern, ...) {
+  va_list args;
+  va_start(args, pattern);
+  va_list copy;
+  va_copy(copy, args);
+  const int size = std::vsnprintf(nullptr, 0, pattern, copy);
+  va_end(copy);
+  std::string s(static_cast<std::size_t>(std::max(size, 0)), '\0');
+  std::vsnprintf(s.data(), s.size() + 1, pattern, args);
+  va_end(args);
+  return s;
+}
+
+torch::Dtype parseDtype(const std::string& name) {
+  if (name == "float32") return torch::kFloat32;
+  if (name == "float64") return torch::kFloat64;
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kFloat16;
+  throw Error("bench-norm: unknown dtype '" + name +
+              "' (use float32, float64, bfloat16 or float16, comma-separated)");
+}
+
+void checkOptions(const BenchNormOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda") {
+    throw Error("bench-norm: unknown device '" + o.device + "' (use cpu or cuda)");
+  }
+  if (o.device == "cuda" && !torch::cuda::is_available()) {
+    throw Error("bench-norm: --device cuda needs a CUDA device, but torch::cuda::is_available() "
+                "is false here; use --device cpu");
+  }
+  if (o.dtypes.empty() || o.hidden.empty() || o.rows.empty()) {
+    throw Error("bench-norm: --dtype, --hidden and --rows each need at least one value");
+  }
+  for (const auto& d : o.dtypes) parseDtype(d);
+  for (auto h : o.hidden) {
+    if (h <= 0) throw Error("bench-norm: --hidden values must be positive, got " + std::to_string(h));
+  }
+  for (auto r : o.rows) {
+    if (r <= 0) throw Error("bench-norm: --rows values must be positive, got " + std::to_string(r));
+  }
+  if (o.reps < 3) throw Error("bench-norm: --reps must be at least 3 for a median and spread");
+  if (o.warmup < 0) throw Error("bench-norm: --warmup must not be negative");
+}
+
+// Fresh allocations >= 32 MiB are mmapped and page-faulted on first touch by glibc; ATen's ops
+// allocate their outputs per call, so keep the heap instead: no mmap, no trimming. Freed outputs
+// are then handed back with their pages already mapped.
+void keepHeapWarm() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+struct Variant {
+  std::string name;
+  double bytes;
+  std::function<void()> run;
+};
+
+// Times one call per sample. CPU: wall clock around a synchronous call. CUDA: events on the
+// current stream, with the L2 flush (when on) done before the start event.
+class SampleTimer {
+ public:
+  SampleTimer(const BenchNormOptions& options, torch::Device device) : device_(device) {
+    if (!device.is_cuda()) return;
+    flushL2_ = options.flushL2;
+    if (flushL2_) {
+      // No L2 query without CUDA headers here; 256 MiB is at least twice the L2 of every current
+      // NVIDIA GPU (H100/H200: 50 MB; B200: 126 MB), as Triton's do_bench uses.
+      flush_ = torch::empty({256 << 20}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+    }
+  }
+
+  double timeMs(const std::function<void()>& fn) {
+    if (!device_.is_cuda()) {
+      const auto start = std::chrono::steady_clock::now();
+      fn();
+      const auto stop = std::chrono::steady_clock::now();
+      return std::chrono::duration<double, std::milli>(stop - start).count();
+    }
+    if (flushL2_) flush_.zero_();
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    const c10::Stream stream = impl.getStream(device_);
+    c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    start.record(stream);
+    fn();
+    stop.record(stream);
+    stop.synchronize();
+    return start.elapsedTime(stop);
+  }
+
+  void settle() {
+    if (device_.is_cuda()) torch::cuda::synchronize();
+  }
+
+ private:
+  torch::Device device_;
+  bool flushL2_ = false;
+  torch::Tensor flush_;
+};
+
+BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
+                      const std::string& dtypeName, int64_t rows, int64_t hidden,
+                      SampleTimer& timer) {
+  const auto dtype = parseDtype(dtypeName);
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  torch::manual_seed(0);
+  const auto x = torch::randn({rows, hidden}, opts);
+  const auto w = torch::randn({hidden}, opts);
+  const auto b = torch::randn({hidden}, opts);
+  auto out = torch::empty_like(x);
+  const double eps = options.eps;
+  const std::vector<int64_t> shape{hidden};
+
+  const double element = static_cast<double>(x.element_size());
+  const double activations = 2.0 * static_cast<double>(rows * hidden) * element;
+  const double params = static_cast<double>(hidden) * element;
+  std::vector<Variant> variants{
+      {kCopyVariant, activations, [&] { out.copy_(x); }},
+      {kOursRmsVariant, activations + 2 * params,
+       [&] { foldnorm::ops::rmsNormOut(out, x, shape, w, b, eps); }},
+      {kAtenLayerVariant, activations + 2 * params, [&] { torch::layer_norm(x, shape, w, b, eps); }},
+      {kAtenRmsVariant, activations + params, [&] { at::rms_norm(x, shape, w, eps); }},
+      {kOursLayerVariant, activations + 2 * params,
+       [&] { foldnorm::ops::layerNormOut(out, x, shape, w, b, eps); }},
+  };
+
+  for (int i = 0; i < options.warmup; ++i) {
+    for (auto& v : variants) v.run();
+  }
+  timer.settle();
+  std::vector<std::vector<double>> samples(variants.size());
+  for (int rep = 0; rep < options.reps; ++rep) {
+    // Rotate the order so no variant always follows the same neighbour (caches, frequency).
+    for (std::size_t k = 0; k < variants.size(); ++k) {
+      const std::size_t i = (k + static_cast<std::size_t>(rep)) % variants.size();
+      samples[i].push_back(timer.timeMs(variants[i].run));
+    }
+  }
+
+  BenchNormCase result;
+  result.dtype = dtypeName;
+  result.rows = rows;
+  result.hidden = hidden;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    VariantTiming t;
+    t.name = variants[i].name;
+    t.bytes = variants[i].bytes;
+    t.medianMs = quantile(samples[i], 0.5);
+    t.p10Ms = quantile(samples[i], 0.1);
+    t.p90Ms = quantile(samples[i], 0.9);
+    t.gbPerSecond = t.bytes / (t.medianMs * 1e-3) / 1e9;
+    result.variants.push_back(t);
+  }
+  return result;
+}
+
+}  // namespace
+
+const VariantTiming& BenchNormCase::variant(const std::string& name) const {
+  for (const auto& v : variants) {
+    if (v.name == name) return v;
+  }
+  throw Error("bench-norm: no variant named " + name);
+}
+
+BenchNormReport runNormBench(const BenchNormOptions& options, std::ostream& progress) {
+  checkOptions(options);
+  const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  BenchNormReport report;
+  report.device = options.device;
+  report.threads = at::get_num_threads();
+  report.cpuKernelIsa = foldnorm::ops::toString(foldnorm::ops::cpuKernelIsa());
+  report.l2Flushed = device.is_cuda() && options.flushL2;
+  report.reps = options.reps;
+  report.warmup = options.warmup;
+  if (device.is_cuda()) {
+    report.outputs = "ours and copy write into preallocated outputs; ATen ops allocate per call "
+                     "from the CUDA caching allocator";
+  } else {
+    keepHeapWarm();
+    report.outputs = "ours and copy write into preallocated outputs; ATen ops allocate per call "
+                     "from a warm heap (glibc mmap off, no trim), so no page faults are timed";
+  }
+
+  torch::NoGradGuard noGrad;
+  SampleTimer timer(options, device);
+  const std::size_t total = options.dtypes.size() * options.hidden.size() * options.rows.size();
+  std::size_t done = 0;
+  for (const auto& dtype : options.dtypes) {
+    for (auto hidden : options.hidden) {
+      for (auto rows : options.rows) {
+        ++done;
+        progress << format("[%zu/%zu] %s %lld x %lld ...", done, total, dtype.c_str(),
+                           static_cast<long long>(rows), static_cast<long long>(hidden))
+                 << std::flush;
+        report.cases.push_back(runCase(options, device, dtype, rows, hidden, timer));
+        const auto& c = report.cases.back();
+        progress << format(" rms %.3f ms, aten LN %.3f ms, copy %.3f ms\n",
+                                c.variant(kOursRmsVariant).medianMs,
+                                c.variant(kAtenLayerVariant).medianMs,
+                                c.variant(kCopyVariant).medianMs);
+      }
+    }
+  }
+  return report;
+}
+
+nlohmann::json toJson(const BenchNormReport& report) {
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& c : report.cases) {
+    nlohmann::json variants = nlohmann::json::array();
+    const double copyMs = c.variant(kCopyVariant).medianMs;
+    const double atenLnMs = c.variant(kAtenLayerVariant).medianMs;
+    for (const auto& v : c.variants) {
+      variants.push_back({{"name", v.name},
+                          {"bytes", v.bytes},
+                          {"median_ms", v.medianMs},
+                          {"p10_ms", v.p10Ms},
+                          {"p90_ms", v.p90Ms},
+                          {"gb_per_s", v.gbPerSecond},
+                          {"time_vs_copy", v.medianMs / copyMs},
+                          {"speedup_vs_aten_layer_norm", atenLnMs / v.medianMs}});
+    }
+    cases.push_back(
+        {{"dtype", c.dtype}, {"rows", c.rows}, {"hidden", c.hidden}, {"variants", variants}});
+  }
+  return {{"device", report.device},
+          {"threads", report.threads},
+          {"cpu_kernel_isa", report.cpuKernelIsa},
+          {"l2_flushed", report.l2Flushed},
+          {"reps", report.reps},
+          {"warmup", report.warmup},
+          {"outputs", report.outputs},
+          {"cases", cases}};
+}
+
+std::string formatNormBenchTable(const BenchNormReport& report) {
+  const char* l2 = "";
+  if (report.device == "cuda") {
+    l2 = report.l2Flushed ? ", L2 flushed before each sample" : ", L2 warm";
+  }
+  std::string s = format(
+      "device %s, %d threads, CPU kernels %s, %d rounds after %d warm-up%s\n%s\n"
+      "median and p10-p90 over the rounds; GB/s = bytes read + written / median\n",
+      report.device.c_str(), report.threads, report.cpuKernelIsa.c_str(), report.reps,
+      report.warmup, l2, report.outputs.c_str());
+  for (const auto& c : report.cases) {
+    const double copyMs = c.variant(kCopyVariant).medianMs;
+    const double atenLnMs = c.variant(kAtenLayerVariant).medianMs;
+    s += format("\n%s [%lld x %lld]\n", c.dtype.c_str(), static_cast<long long>(c.rows),
+                static_cast<long long>(c.hidden));
+    s += format("  %-22s %10s %21s %8s %8s %10s\n", "variant", "median ms", "p10-p90 ms", "GB/s",
+                "/copy", "x aten LN");
+    for (const auto& v : c.variants) {
+      const std::string spread = format("%.3f-%.3f", v.p10Ms, v.p90Ms);
+      s += format("  %-22s %10.3f %21s %8.1f %8.2f %10.2f\n", v.name.c_str(), v.medianMs,
+                  spread.c_str(), v.gbPerSecond, v.medianMs / copyMs, atenLnMs / v.medianMs);
+    }
+  }
+  return s;
+}
+
+}  // namespace foldnorm::bench

@@ -1,0 +1,58 @@
+// `foldnorm bench-norm`: our RMSNorm vs aten::layer_norm vs aten::rms_norm vs our fused LayerNorm
+// vs a copy of the same bytes, interleaved in one run (see include/foldnorm/bench/bench_norm.h).
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+
+#include "command.h"
+#include "foldnorm/bench/bench_norm.h"
+
+namespace foldnorm::cli {
+namespace {
+
+struct BenchNormArgs {
+  bench::BenchNormOptions options;
+  bool json = false;
+  bool warmL2 = false;
+};
+
+void setup(CLI::App& app, int& exitCode) {
+  auto args = std::make_shared<BenchNormArgs>();
+  auto& o = args->options;
+  auto* cmd = app.add_subcommand(
+      "bench-norm",
+      "Time foldnorm::rms_norm against aten::layer_norm, aten::rms_norm, foldnorm::layer_norm and "
+      "a memory copy of the same bytes, interleaved in one run; progress on stderr");
+  cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", o.dtypes, "Comma-separated: float32, float64, bfloat16, float16")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--hidden", o.hidden, "Comma-separated hidden sizes (normalized dim)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--rows", o.rows, "Comma-separated row counts (tokens)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--reps", o.reps, "Timed rounds per shape (each round runs every variant once)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed rounds per shape first")->capture_default_str();
+  cmd->add_option("--eps", o.eps, "eps of every norm")->capture_default_str();
+  cmd->add_flag("--warm-l2", args->warmL2, "CUDA: do not flush L2 before each sample");
+  cmd->add_flag("--json", args->json, "Print the results as JSON instead of a table");
+  cmd->callback([args, &exitCode] {
+    args->options.flushL2 = !args->warmL2;
+    const auto report = bench::runNormBench(args->options, std::cerr);
+    if (args->json) {
+      std::cout << bench::toJson(report).dump(2) << "\n";
+    } else {
+      std::cout << bench::formatNormBenchTable(report);
+    }
+    exitCode = 0;
+  });
+}
+
+FOLDNORM_REGISTER_COMMAND("bench-norm", setup);
+
+}  // namespace
+}  // namespace foldnorm::cli
