@@ -1,0 +1,106 @@
+// The CUDA kernels of foldnorm::rms_norm / foldnorm::layer_norm against a float64 reference.
+// Without a CUDA device the test says why and checks nothing (Catch2 v2 has no SKIP).
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+
+#include "foldnorm/ops/rms_norm.h"
+
+namespace {
+
+bool cudaMissing() {
+  if (torch::cuda::is_available()) return false;
+  WARN("skipped: torch::cuda::is_available() is false on this machine (no CUDA device or driver)");
+  return true;
+}
+
+torch::Tensor reference(bool layer, const torch::Tensor& x, const std::optional<torch::Tensor>& w,
+                        const std::optional<torch::Tensor>& b, double eps) {
+  auto xd = x.to(torch::kCPU, torch::kFloat64);
+  if (layer) xd = xd - xd.mean(-1, true);
+  auto y = xd / torch::sqrt(xd.pow(2).mean(-1, true) + eps);
+  if (w) y = y * w->to(torch::kCPU, torch::kFloat64);
+  if (b) y = y + b->to(torch::kCPU, torch::kFloat64);
+  return y;
+}
+
+// |y - ref| <= abs + rel * |ref|: one unit in the last place of the output type, plus float sums.
+double worstExcess(const torch::Tensor& y, const torch::Tensor& ref, torch::Dtype dtype) {
+  double abs = 2e-6, rel = 2e-6;
+  if (dtype == torch::kFloat64) abs = rel = 1e-12;
+  if (dtype == torch::kBFloat16) abs = 1e-3, rel = 1.0 / 128;
+  if (dtype == torch::kFloat16) abs = 1e-4, rel = 1.0 / 1024;
+  auto err = (y.to(torch::kCPU, torch::kFloat64) - ref).abs();
+  return (err - (ref.abs() * rel + abs)).max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("CUDA rms_norm and layer_norm match a float64 reference", "[ops][cuda]") {
+  if (cudaMissing()) return;
+  const auto dtype = GENERATE(torch::kFloat32, torch::kBFloat16, torch::kFloat16, torch::kFloat64);
+  // Every threads-per-row bucket, sizes off the vector width (fallback), and past the register
+  // path's capacity (20000).
+  const int64_t hidden =
+      GENERATE(1, 3, 17, 64, 100, 768, 1000, 1024, 3000, 4096, 5000, 8192, 12288, 16384, 20000);
+  // 1 row, and row counts that leave the last block partly empty for 4, 2 and 8 rows per block.
+  const int64_t rows = GENERATE(1, 7, 133);
+  const bool layer = GENERATE(false, true);
+  const bool affine = GENERATE(false, true);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(hidden * 131 + rows);
+  const auto x = (torch::randn({rows, hidden}, torch::kFloat64) * 2 + 0.25).to(cuda.dtype(dtype));
+  std::optional<torch::Tensor> w, b;
+  if (affine) {
+    w = torch::randn({hidden}, torch::kFloat64).to(cuda.dtype(dtype));
+    b = torch::randn({hidden}, torch::kFloat64).to(cuda.dtype(dtype));
+  }
+  INFO((layer ? "layer_norm " : "rms_norm ") << x.sizes() << " " << x.dtype() << " affine "
+                                             << affine);
+  const auto y = layer ? foldnorm::ops::layerNorm(x, {hidden}, w, b, 1e-5)
+                       : foldnorm::ops::rmsNorm(x, {hidden}, w, b, 1e-5);
+  REQUIRE(y.is_cuda());
+  CHECK(worstExcess(y, reference(layer, x, w, b, 1e-5), dtype) <= 0);
+}
+
+TEST_CASE("CUDA rms_norm handles mixed parameters, misaligned rows, only one of weight and bias",
+          "[ops][cuda]") {
+  if (cudaMissing()) return;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(1);
+  SECTION("bfloat16 input with float32 weight and bias") {
+    const auto x = torch::randn({65, 768}, cuda).to(torch::kBFloat16);
+    const auto w = torch::randn({768}, cuda), b = torch::randn({768}, cuda);
+    const auto y = foldnorm::ops::rmsNorm(x, {768}, w, b, 1e-6);
+    CHECK(worstExcess(y, reference(false, x, w, b, 1e-6), torch::kBFloat16) <= 0);
+  }
+  SECTION("an input view starting one element into its storage (not 16-byte aligned)") {
+    const auto storage = torch::randn({65 * 1024 + 1}, cuda);
+    const auto x = storage.narrow(0, 1, 65 * 1024).view({65, 1024});
+    REQUIRE(x.is_contiguous());
+    const auto y = foldnorm::ops::rmsNorm(x, {1024}, std::nullopt, std::nullopt, 1e-5);
+    CHECK(worstExcess(y, reference(false, x, std::nullopt, std::nullopt, 1e-5), torch::kFloat32) <=
+          0);
+  }
+  SECTION("weight only and bias only, both kinds") {
+    const auto x = torch::randn({33, 2048}, cuda).to(torch::kFloat16);
+    const auto p = torch::randn({2048}, cuda).to(torch::kFloat16);
+    for (bool layer : {false, true}) {
+      const auto yw = layer ? foldnorm::ops::layerNorm(x, {2048}, p, std::nullopt, 1e-5)
+                            : foldnorm::ops::rmsNorm(x, {2048}, p, std::nullopt, 1e-5);
+      const auto yb = layer ? foldnorm::ops::layerNorm(x, {2048}, std::nullopt, p, 1e-5)
+                            : foldnorm::ops::rmsNorm(x, {2048}, std::nullopt, p, 1e-5);
+      CHECK(worstExcess(yw, reference(layer, x, p, std::nullopt, 1e-5), torch::kFloat16) <= 0);
+      CHECK(worstExcess(yb, reference(layer, x, std::nullopt, p, 1e-5), torch::kFloat16) <= 0);
+    }
+  }
+  SECTION("out= on the device, and agreement with the CPU kernel") {
+    const auto x = torch::randn({100, 4096}, cuda);
+    const auto w = torch::randn({4096}, cuda), b = torch::randn({4096}, cuda);
+    auto out = torch::empty_like(x);
+    foldnorm::ops::rmsNormOut(out, x, {4096}, w, b, 1e-5);
+    const auto cpu = foldnorm::ops::rmsNorm(x.cpu(), {4096}, w.cpu(), b.cpu(), 1e-5);
+    CHECK(torch::allclose(out.cpu(), cpu, 1e-5, 1e-5));
+  }
+}
