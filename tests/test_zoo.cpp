@@ -1,0 +1,231 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <dirent.h>
+#include <unistd.h>
+
+#include "foldnorm/common/error.h"
+#include "foldnorm/zoo/eager.h"
+#include "foldnorm/zoo/zoo.h"
+
+namespace fs = std::filesystem;
+using foldnorm::zoo::EagerModel;
+
+namespace {
+
+// A folder per test case, removed at its end with POSIX calls: libtorch.so exports its own
+// std::filesystem::remove_all, and that one crashes (jumps to a null pointer) in this build.
+struct ScratchDir {
+  ScratchDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("foldnorm-test-zoo-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~ScratchDir() {
+    if (DIR* dir = ::opendir(path.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        std::string name = entry->d_name;
+        if (name != "." && name != "..") ::unlink((path / name).c_str());
+      }
+      ::closedir(dir);
+    }
+    ::rmdir(path.c_str());
+  }
+  fs::path path;
+};
+
+
+std::vector<std::string> modelNames() {
+  std::vector<std::string> names;
+  for (const auto& m : foldnorm::zooModels()) names.push_back(m.name);
+  return names;
+}
+
+std::vector<torch::Tensor> eagerOutputs(EagerModel& model, const std::vector<torch::Tensor>& in) {
+  torch::NoGradGuard noGrad;
+  return model.forward(in);
+}
+
+fs::path buildTiny(const ScratchDir& dir, const std::string& name, uint64_t seed = 7) {
+  auto path = dir.path / (name + "-tiny.pt");
+  foldnorm::ZooBuildOptions options;
+  options.preset = "tiny";
+  options.seed = seed;
+  foldnorm::buildZooModel(name, path.string(), options);
+  return path;
+}
+
+std::set<std::string> parameterNames(const torch::jit::Module& m) {
+  std::set<std::string> names;
+  for (const auto& p : m.named_parameters()) names.insert(p.name);
+  return names;
+}
+
+std::vector<std::string> specTexts(const std::vector<foldnorm::InputSpec>& specs) {
+  std::vector<std::string> texts;
+  for (const auto& s : specs) texts.push_back(s.toString());
+  return texts;
+}
+
+int64_t tensorConstants(const torch::jit::Graph& graph) {
+  int64_t n = 0;
+  for (const auto* node : graph.nodes()) {
+    if (node->kind() == c10::prim::Constant && node->output()->type()->cast<c10::TensorType>()) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("every zoo model's saved trace reproduces the eager model", "[zoo]") {
+  ScratchDir scratch;
+  auto name = GENERATE(from_range(modelNames()));
+  INFO("model " << name);
+  auto path = buildTiny(scratch, name);
+  auto eager = foldnorm::zoo::makeEagerModel(name, "tiny", 7);
+  auto loaded = torch::jit::load(path.string());
+  loaded.eval();
+  // Plain blocks rather than SECTIONs: each SECTION would build the model again.
+
+  {
+    INFO("on the embedded example inputs");
+    auto inputs = foldnorm::zoo::makeInputs(eager.inputs, 11);
+    auto want = eagerOutputs(eager, inputs);
+    auto got = foldnorm::zoo::runTraced(loaded, inputs);
+    REQUIRE(got.size() == want.size());
+    REQUIRE(got.size() == eager.outputNames.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << eager.outputNames[i]);
+      CHECK(got[i].sizes() == want[i].sizes());
+      CHECK(torch::allclose(got[i], want[i], 1e-5, 1e-6));
+    }
+  }
+  {
+    INFO("at a batch size other than the traced one");
+    auto specs = eager.inputs;
+    for (auto& s : specs) s.shape[0] += 1;
+    auto inputs = foldnorm::zoo::makeInputs(specs, 12);
+    auto want = eagerOutputs(eager, inputs);
+    auto got = foldnorm::zoo::runTraced(loaded, inputs);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(torch::allclose(got[i], want[i], 1e-5, 1e-6));
+  }
+  {
+    INFO("with every parameter reached as a module attribute, none baked into the graph");
+    auto graph = loaded.get_method("forward").graph();
+    CHECK(tensorConstants(*graph) == 0);
+    std::set<std::string> eagerNames;
+    for (const auto& p : eager.root->named_parameters()) eagerNames.insert(p.key());
+    CHECK(parameterNames(loaded) == eagerNames);
+  }
+  {
+    INFO("with the example-input spec embedded");
+    torch::jit::ExtraFilesMap extra{{foldnorm::kInputSpecExtraFile, ""}};
+    torch::jit::load(path.string(), c10::nullopt, extra);
+    auto embedded = foldnorm::inputSpecsFromJson(extra[foldnorm::kInputSpecExtraFile]);
+    CHECK(specTexts(embedded) == specTexts(eager.inputs));
+  }
+}
+
+TEST_CASE("language models run at sequence lengths other than the traced one", "[zoo]") {
+  ScratchDir scratch;
+  auto name = GENERATE(as<std::string>{}, "gpt2");
+  auto eager = foldnorm::zoo::makeEagerModel(name, "tiny", 3);
+  auto loaded = torch::jit::load(buildTiny(scratch, name, 3).string());
+  auto specs = eager.inputs;
+  for (auto& s : specs) s.shape = {3, 7};
+  auto inputs = foldnorm::zoo::makeInputs(specs, 5);
+  auto got = foldnorm::zoo::runTraced(loaded, inputs);
+  auto want = eagerOutputs(eager, inputs);
+  CHECK(got[0].size(1) == 7);
+  CHECK(torch::allclose(got[0], want[0], 1e-5, 1e-6));
+}
+
+TEST_CASE("GPT-2 keeps the reference names and its tied head", "[zoo]") {
+  ScratchDir scratch;
+  auto loaded = torch::jit::load(buildTiny(scratch, "gpt2").string());
+  auto names = parameterNames(loaded);
+  for (const char* expected :
+       {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+        "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.bias",
+        "transformer.h.1.ln_2.bias", "transformer.h.1.mlp.c_fc.weight",
+        "transformer.h.1.mlp.c_proj.weight", "transformer.ln_f.weight", "lm_head.weight"}) {
+    INFO(expected);
+    CHECK(names.count(expected) == 1);
+  }
+  SECTION("Conv1D weights are stored [in, out] and applied with addmm") {
+    CHECK(loaded.attr("transformer").toModule().attr("h").toModule().attr("0").toModule()
+              .attr("attn").toModule().attr("c_attn").toModule().attr("weight").toTensor().sizes() ==
+          std::vector<int64_t>{64, 192});
+    int64_t addmms = 0;
+    for (const auto* node : loaded.get_method("forward").graph()->nodes()) {
+      addmms += node->kind() == c10::aten::addmm;
+    }
+    CHECK(addmms == 2 * 4);  // 2 layers x (c_attn, c_proj, c_fc, c_proj)
+  }
+  SECTION("lm_head and wte are one tensor after save and load") {
+    auto head = loaded.attr("lm_head").toModule().attr("weight").toTensor();
+    auto wte = loaded.attr("transformer").toModule().attr("wte").toModule().attr("weight").toTensor();
+    CHECK(head.data_ptr() == wte.data_ptr());
+  }
+  SECTION("layer norms are not the identity, biases are not zero") {
+    auto ln = loaded.attr("transformer").toModule().attr("ln_f").toModule();
+    CHECK(ln.attr("weight").toTensor().sub(1).abs().max().item<float>() > 0.01f);
+    CHECK(ln.attr("bias").toTensor().abs().max().item<float>() > 0.01f);
+  }
+}
+
+TEST_CASE("the same seed builds the same model, another seed another", "[zoo]") {
+  auto a = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1);
+  auto b = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1);
+  auto c = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 2);
+  auto pa = a.root->named_parameters(), pb = b.root->named_parameters(), pc = c.root->named_parameters();
+  CHECK(torch::equal(pa["transformer.h.0.ln_1.weight"], pb["transformer.h.0.ln_1.weight"]));
+  CHECK_FALSE(torch::equal(pa["transformer.h.0.ln_1.weight"], pc["transformer.h.0.ln_1.weight"]));
+}
+
+TEST_CASE("unknown zoo models and presets are rejected with the valid choices", "[zoo]") {
+  ScratchDir scratch;
+  auto out = (scratch.path / "never.pt").string();
+  CHECK_THROWS_WITH(foldnorm::buildZooModel("gpt5", out),
+                    Catch::Contains("unknown zoo model 'gpt5'") && Catch::Contains("gpt2"));
+  foldnorm::ZooBuildOptions options;
+  options.preset = "huge";
+  CHECK_THROWS_WITH(foldnorm::buildZooModel("gpt2", out, options),
+                    Catch::Contains("unknown preset 'huge'") && Catch::Contains("tiny, small"));
+  CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("Python loads the saved zoo models with the C++ outputs and names", "[zoo][python]") {
+  ScratchDir scratch;
+  std::string command = std::string(FOLDNORM_PYTHON) + " " + FOLDNORM_SOURCE_DIR +
+                        "/tests/python/check_zoo_model.py";
+  for (const auto& name : modelNames()) {
+    auto modelPath = buildTiny(scratch, name);
+    auto eager = foldnorm::zoo::makeEagerModel(name, "tiny", 7);
+    auto inputs = foldnorm::zoo::makeInputs(eager.inputs, 13);
+    auto loaded = torch::jit::load(modelPath.string());
+    auto outputs = foldnorm::zoo::runTraced(loaded, inputs);
+
+    // Python cannot read torch::save archives; a TorchScript module's buffers it can.
+    torch::jit::Module data(c10::QualifiedName("__torch__.foldnorm_test.ZooData"));
+    for (std::size_t i = 0; i < inputs.size(); ++i) data.register_buffer("input_" + std::to_string(i), inputs[i]);
+    for (std::size_t i = 0; i < outputs.size(); ++i) data.register_buffer("output_" + std::to_string(i), outputs[i]);
+    std::string tied = name == "gpt2" ? "lm_head.weight transformer.wte.weight" : "";
+    data.register_attribute("tied", c10::StringType::get(), tied);
+    auto dataPath = scratch.path / (name + "-data.pt");
+    data.save(dataPath.string());
+    command += " " + modelPath.string() + " " + dataPath.string();
+  }
+  auto log = scratch.path / "python.log";
+  int rc = std::system((command + " > " + log.string() + " 2>&1").c_str());
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(rc == 0);
+  CHECK(text.find("FAIL") == std::string::npos);
+}
