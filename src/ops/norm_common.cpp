@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
+#include <string>
+
 namespace foldnorm::ops {
 namespace {
 
@@ -54,9 +56,13 @@ NormShape checkNormInputs(NormKind kind, const at::Tensor& input, at::IntArrayRe
   for (int64_t i = 0; trailingMatch && i < normDims; ++i) {
     trailingMatch = sizes[inputDims - normDims + i] == normalizedShape[i];
   }
-  TORCH_CHECK(trailingMatch, opName(kind), ": given normalized_shape = ", normalizedShape,
-              ", expected input with shape [*, ", normalizedShape.vec(),
-              "...] (its trailing dims equal to normalized_shape), but got input of size ", sizes);
+  if (!trailingMatch) {
+    std::string expected = "[*";
+    for (auto d : normalizedShape) expected += ", " + std::to_string(d);
+    TORCH_CHECK(false, opName(kind), ": given normalized_shape = ", normalizedShape,
+                ", expected input with shape ", expected,
+                "] (trailing dims equal to normalized_shape), but got input of size ", sizes);
+  }
   checkParameter(kind, "weight", input, weight, normalizedShape);
   checkParameter(kind, "bias", input, bias, normalizedShape);
 

@@ -8,7 +8,8 @@
 //   RMS:   pass 1 reads x once for sum(x^2); pass 2 re-reads x (now in L1/L2) and writes
 //          y = (x * rstd) * w + b, with w/b fused.
 //   Layer: pass 1 sum(x) -> mean; pass 2 sum((x - mean)^2) from cache (two-pass, no cancellation);
-//          pass 3 y = (x * rstd - mean * rstd) * w + b, the arithmetic of ATen's CPU LayerNorm.
+//          pass 3 y = ((x - mean) * rstd) * w + b. (ATen's CPU form x * rstd + (-mean * rstd) loses
+//          the exact zero of x == mean: with N = 1 it returns rounding noise times 1/sqrt(eps).)
 // So both read x from memory once and write y once; the LayerNorm does one more pass over a row
 // that is already in cache. Accumulation in float (double for double), in vectors of two
 // independent accumulators, remainder in scalar code; no allocations.
@@ -29,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "norm_cpu_kernels.h"
@@ -89,6 +91,43 @@ inline void storeChunk(S* p, const Vectorized<Acc>& lo, const Vectorized<Acc>& h
   }
 }
 
+#if defined(CPU_CAPABILITY_AVX2)
+constexpr bool kHasStreamingStores = true;
+
+// Non-temporal stores: the output goes to memory without first reading its cache lines (a plain
+// store reads each line before writing it, so x -> y would move 3 bytes per 2 that a memcpy,
+// which streams too, moves). p must be 32-byte aligned.
+template <typename Acc, typename S>
+inline void streamChunk(S* p, const Vectorized<Acc>& lo, const Vectorized<Acc>& hi) {
+  if constexpr (std::is_same_v<S, float>) {
+    _mm256_stream_ps(p, lo);
+    _mm256_stream_ps(p + Vectorized<float>::size(), hi);
+  } else if constexpr (std::is_same_v<S, double>) {
+    _mm256_stream_pd(p, lo);
+    _mm256_stream_pd(p + Vectorized<double>::size(), hi);
+  } else {
+    const __m256i packed = at::vec::convert_from_float<S>(lo, hi);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packed);
+  }
+}
+
+inline void streamingStoresDone() { _mm_sfence(); }
+#else
+constexpr bool kHasStreamingStores = false;
+
+template <typename Acc, typename S>
+inline void streamChunk(S* p, const Vectorized<Acc>& lo, const Vectorized<Acc>& hi) {
+  storeChunk<Acc>(p, lo, hi);
+}
+
+inline void streamingStoresDone() {}
+#endif
+
+// Outputs at least this large cannot stay in this class of CPU's caches (a 32 MiB L3 shared by
+// all cores), so they are written with streaming stores; smaller ones are left in cache for the
+// next op to read.
+constexpr int64_t kStreamingStoreMinBytes = int64_t{16} << 20;
+
 template <typename Acc>
 inline Acc horizontalSum(const Vectorized<Acc>& v) {
   return at::vec::vec_reduce_all<Acc>([](Vectorized<Acc>& a, Vectorized<Acc>& b) { return a + b; },
@@ -138,25 +177,24 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
   return s;
 }
 
-// y = (x * scale [+ shift]) [* w] [+ b]; shift only for LayerNorm (-mean * rstd).
-template <typename T, typename P, bool kShift, bool kWeight, bool kBias>
+// y = ((x [- center]) * scale) [* w] [+ b]; the center (the mean) only for LayerNorm.
+template <typename T, typename P, bool kCentered, bool kWeight, bool kBias, bool kStream>
 void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename ChunkOf<T>::Acc scale,
-              typename ChunkOf<T>::Acc shift) {
+              typename ChunkOf<T>::Acc center) {
   using C = ChunkOf<T>;
   using Acc = typename C::Acc;
   using V = typename C::AccVec;
-  const V vScale(scale), vShift(shift);
+  const V vScale(scale), vCenter(center);
   V lo, hi, wLo, wHi, bLo, bHi;
   int64_t j = 0;
   for (; j + C::kSize <= n; j += C::kSize) {
     loadChunk<Acc>(x + j, lo, hi);
-    if constexpr (kShift) {
-      lo = at::vec::fmadd(lo, vScale, vShift);
-      hi = at::vec::fmadd(hi, vScale, vShift);
-    } else {
-      lo = lo * vScale;
-      hi = hi * vScale;
+    if constexpr (kCentered) {
+      lo = lo - vCenter;
+      hi = hi - vCenter;
     }
+    lo = lo * vScale;
+    hi = hi * vScale;
     if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
     if constexpr (kWeight) {
       loadChunk<Acc>(w + j, wLo, wHi);
@@ -171,19 +209,24 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
       lo = lo + bLo;
       hi = hi + bHi;
     }
-    storeChunk<Acc>(y + j, lo, hi);
+    if constexpr (kStream) {
+      streamChunk<Acc>(y + j, lo, hi);
+    } else {
+      storeChunk<Acc>(y + j, lo, hi);
+    }
   }
   for (; j < n; ++j) {
-    Acc v = static_cast<Acc>(x[j]) * scale;
-    if constexpr (kShift) v += shift;
+    Acc v = static_cast<Acc>(x[j]);
+    if constexpr (kCentered) v -= center;
+    v *= scale;
     if constexpr (kWeight) v *= static_cast<Acc>(w[j]);
     if constexpr (kBias) v += static_cast<Acc>(b[j]);
     y[j] = static_cast<T>(v);
   }
 }
 
-template <typename T, typename P, bool kLayer, bool kWeight, bool kBias>
-void normRows(const NormCpuCall& call) {
+template <typename T, typename P, bool kLayer, bool kWeight, bool kBias, bool kStream>
+void normRowsWith(const NormCpuCall& call) {
   using Acc = typename ChunkOf<T>::Acc;
   const T* x = static_cast<const T*>(call.x);
   const P* w = static_cast<const P*>(call.weight);
@@ -202,14 +245,25 @@ void normRows(const NormCpuCall& call) {
         const Acc mean = sumRow(xr, n) / count;
         const Acc var = sumSquaredDeviations<T, true>(xr, n, mean) / count;
         const Acc rstd = Acc(1) / std::sqrt(var + eps);
-        writeRow<T, P, true, kWeight, kBias>(xr, w, b, yr, n, rstd, -mean * rstd);
+        writeRow<T, P, true, kWeight, kBias, kStream>(xr, w, b, yr, n, rstd, mean);
       } else {
         const Acc meanSquare = sumSquaredDeviations<T, false>(xr, n, Acc(0)) / count;
         const Acc rstd = Acc(1) / std::sqrt(meanSquare + eps);
-        writeRow<T, P, false, kWeight, kBias>(xr, w, b, yr, n, rstd, Acc(0));
+        writeRow<T, P, false, kWeight, kBias, kStream>(xr, w, b, yr, n, rstd, Acc(0));
       }
     }
+    if constexpr (kStream) streamingStoresDone();
   });
+}
+
+template <typename T, typename P, bool kLayer, bool kWeight, bool kBias>
+void normRows(const NormCpuCall& call) {
+  // Streaming needs every chunk 32-byte aligned: an aligned output and rows of whole 32 bytes.
+  const int64_t rowBytes = call.cols * static_cast<int64_t>(sizeof(T));
+  const bool stream = kHasStreamingStores && call.rows * rowBytes >= kStreamingStoreMinBytes &&
+                      rowBytes % 32 == 0 && reinterpret_cast<uintptr_t>(call.y) % 32 == 0;
+  if (stream) return normRowsWith<T, P, kLayer, kWeight, kBias, true>(call);
+  normRowsWith<T, P, kLayer, kWeight, kBias, false>(call);
 }
 
 template <typename T, typename P, bool kLayer>

@@ -8,7 +8,8 @@
 //   coalesced) into registers, all loads issued before any use; the row is read from memory once.
 //   float sums per thread in a fixed order, xor-shuffle across the group (every lane gets the same
 //   bits), one shared-memory step when a row spans several warps. rstd = 1 / sqrtf(mean + eps)
-//   with IEEE sqrt and division (the CPU kernel's formula, not rsqrt.approx). y = (x*rstd)*w + b in
+//   with IEEE sqrt and division (the CPU kernel's formula, not rsqrt.approx). y = (x*rstd)*w + b
+//   (LayerNorm: ((x - mean)*rstd)*w + b) in
 //   float with one rounding to the output type, 16-byte stores. Vectors past the row's end are
 //   predicated off, so any hidden size divisible by the vector width works.
 // Fallback (float64, mixed parameter dtype, odd hidden sizes, misaligned pointers, rows too long
@@ -125,14 +126,14 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 
   const float count = static_cast<float>(cols);
-  float scale, shift = 0.f;
+  float scale, mean = 0.f;
   if constexpr (kLayer) {
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < kItems; ++i)
 #pragma unroll
       for (int k = 0; k < kVec; ++k) s += v[i][k];
-    const float mean = groupSum<kTpr>(s, partials) / count;
+    mean = groupSum<kTpr>(s, partials) / count;
     float q = 0.f;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
@@ -146,7 +147,6 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     const float var = groupSum<kTpr>(q, partials) / count;
     scale = 1.0f / sqrtf(var + eps);
-    shift = -mean * scale;
   } else {
     float s = 0.f;
 #pragma unroll
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (bias) b = bVec[idx];
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      float t = kLayer ? fmaf(v[i][k], scale, shift) : v[i][k] * scale;
+      float t = (kLayer ? v[i][k] - mean : v[i][k]) * scale;
       if (weight && bias) {
         t = fmaf(t, Convert<T>::load(w.v[k]), Convert<T>::load(b.v[k]));
       } else if (weight) {
@@ -204,9 +204,9 @@ __global__ void __launch_bounds__(kFallbackWarpsPerBlock * 32)
     s += kLayer ? v : v * v;
   }
   s = warpSum(s);
-  Acc scale, shift = 0;
+  Acc scale, mean = 0;
   if constexpr (kLayer) {
-    const Acc mean = s / count;
+    mean = s / count;
     Acc q = 0;
     for (int64_t j = lane; j < cols; j += 32) {
       const Acc d = Convert<T>::load(xRow[j]) - mean;
@@ -214,13 +214,13 @@ __global__ void __launch_bounds__(kFallbackWarpsPerBlock * 32)
     }
     q = warpSum(q);
     scale = Acc(1) / sqrt(q / count + eps);
-    shift = -mean * scale;
   } else {
     scale = Acc(1) / sqrt(s / count + eps);
   }
   for (int64_t j = lane; j < cols; j += 32) {
-    Acc t = Convert<T>::load(xRow[j]) * scale;
-    if (kLayer) t += shift;
+    Acc t = Convert<T>::load(xRow[j]);
+    if (kLayer) t -= mean;
+    t *= scale;
     if (weight && bias) {
       t = fma(t, static_cast<Acc>(Convert<P>::load(weight[j])),
               static_cast<Acc>(Convert<P>::load(bias[j])));
