@@ -1,0 +1,156 @@
+// Everything a menu item, button or shortcut does. Work that can take longer than a frame is
+// submitted to a worker; its completion checks the model generation so that a result for a
+// model that was closed in the meantime is dropped.
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app.h"
+#include "foldnorm/common/error.h"
+#include "foldnorm/import/input_spec.h"
+#include "layout_task.h"
+#include "foldnorm/render/render.h"
+#include "foldnorm/render/scene.h"
+
+namespace foldnorm::gui {
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<std::string> splitInputSpecs(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> specs;
+  for (std::string s; in >> s;) specs.push_back(s);
+  return specs;
+}
+
+void openModel(App& app, const std::string& path, const std::vector<std::string>& inputSpecs) {
+  UiState& ui = app.ui;
+  const uint64_t generation = ++ui.generation;
+  ui.loadingPath = path;
+  ui.errorMessage.clear();
+  ui.statusMessage.clear();
+  // Parse the specs here so a typo is reported at once, not after the model is loaded.
+  std::vector<InputSpec> specs;
+  try {
+    for (const auto& s : inputSpecs) specs.push_back(parseInputSpec(s));
+  } catch (const std::exception& e) {
+    ui.errorMessage = e.what();
+    return;
+  }
+  app.modelWorker.submit("open " + path, [=](const Worker::Progress& progress) -> Worker::Completion {
+    auto model = std::make_shared<LoadedModel>();
+    model->inputSpecs = inputSpecs;
+    ImportOptions options;
+    options.inputs = specs;
+    options.progress = progress;
+    auto t0 = std::chrono::steady_clock::now();
+    model->imported = importTorchScript(path, options);
+    model->importSeconds = secondsSince(t0);
+    progress("analysing " + std::to_string(model->imported.graph.nodeCount()) + " nodes");
+    t0 = std::chrono::steady_clock::now();
+    model->analysis = analyzeFoldability(model->imported.graph);
+    model->analysisSeconds = secondsSince(t0);
+    return [model, generation](App& app) {
+      UiState& ui = app.ui;
+      if (ui.generation != generation) return;
+      ui.model = model;
+      ui.loadingPath.clear();
+      ui.selectedLn = -1;
+      ui.selectedNode = kNone;
+      ui.highlight = {};
+      ui.fold = {};
+      ui.fold.available = model->analysis.foldableCount() > 0;
+      ui.bench = {};
+      ui.scene = {};
+      ui.fullScene.reset();
+      ui.camera = {};
+      ui.statusMessage = "loaded in " + std::to_string(model->importSeconds).substr(0, 4) +
+                         " s, analysed in " +
+                         std::to_string(model->analysisSeconds).substr(0, 4) + " s";
+      startLayout(app, {}, /*initial=*/true);
+    };
+  });
+}
+
+void selectNode(App& app, NodeId node) { app.ui.selectedNode = node; }
+
+void selectLayerNorm(App& app, int index, bool centerView) {
+  UiState& ui = app.ui;
+  if (!ui.model) return;
+  const auto& lns = ui.model->analysis.layerNorms;
+  if (index < 0 || index >= static_cast<int>(lns.size())) {
+    ui.selectedLn = -1;
+    ui.highlight = {};
+    return;
+  }
+  ui.selectedLn = index;
+  ui.selectedNode = lns[index].info.node;
+  ui.highlight = computeHighlight(ui.model->imported.graph, ui.model->analysis, index);
+  ui.scrollTableToSelection = true;
+  if (centerView) ui.camera.centerOn = ui.selectedNode;
+  // Open the LN's own block, and the breaker's or consumer's, so the explanation is visible;
+  // the rest of a long path stays collapsed (its blocks are outlined instead).
+  const LayerNormVerdict& v = lns[index];
+  expandBlocksOf(app, {v.info.node, v.breaker, v.consumer});
+}
+
+bool selectLayerNormByPath(App& app, const std::string& modulePath) {
+  if (!app.ui.model) return false;
+  const auto& lns = app.ui.model->analysis.layerNorms;
+  for (std::size_t i = 0; i < lns.size(); ++i) {
+    if (lns[i].info.modulePath == modulePath) {
+      selectLayerNorm(app, static_cast<int>(i), true);
+      return true;
+    }
+  }
+  return false;
+}
+
+void saveReport(App& app, const std::string& path) {
+  UiState& ui = app.ui;
+  if (!ui.model) return;
+  std::ofstream out(path);
+  if (!out) {
+    ui.errorMessage = "cannot write " + path + "; choose a writable path";
+    return;
+  }
+  out << toJson(ui.model->imported.graph, ui.model->analysis, ui.model->imported.path).dump(2)
+      << "\n";
+  ui.statusMessage = "report saved to " + path;
+}
+
+void exportImage(App& app, const std::string& path) {
+  UiState& ui = app.ui;
+  if (!ui.model || !ui.scene.shown) return;
+  try {
+    render::formatFromPath(path);  // a wrong extension is reported now, not after the render
+  } catch (const std::exception& e) {
+    ui.errorMessage = e.what();
+    return;
+  }
+  // The picture is the view as laid out now (the same blocks open), rendered by Graphviz like
+  // `foldnorm render` does, on the layout worker (Graphviz is not re-entrant).
+  auto scene = std::make_shared<render::Scene>(*ui.scene.shown);
+  scene->legend = true;
+  const std::string modelPath = ui.model->imported.path;
+  const uint64_t generation = ui.generation;
+  app.layoutWorker.submit("export " + path, [=](const Worker::Progress& progress) -> Worker::Completion {
+    progress("Graphviz rendering " + std::to_string(scene->nodes.size()) + " nodes");
+    render::WriteOptions options;
+    options.protectedPaths = {modelPath};
+    const std::size_t bytes = render::renderToFile(*scene, path, options);
+    return [=](App& app) {
+      if (app.ui.generation == generation) {
+        app.ui.statusMessage = "exported " + path + " (" + std::to_string(bytes / 1024) + " KiB)";
+      }
+    };
+  });
+}
+
+}  // namespace foldnorm::gui

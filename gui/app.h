@@ -1,0 +1,163 @@
+// The GUI's state and the context every window draws from.
+//
+// UiState is a plain struct: what is loaded, what is selected, how each window is set. Every
+// window is one Draw*() function in its own view_*.cpp that reads and changes it; nothing in it
+// is touched off the UI thread. Heavy work goes to a Worker and comes back as a completion.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <imgui.h>
+
+#include "foldnorm/analysis/analysis.h"
+#include "foldnorm/import/torchscript.h"
+#include "highlight.h"
+#include "scene.h"
+#include "worker.h"
+
+namespace foldnorm::gui {
+
+/// A model after import and analysis; immutable once built, shared with worker tasks.
+struct LoadedModel {
+  ImportedModel imported;
+  AnalysisResult analysis;
+  std::vector<std::string> inputSpecs;  // as typed (empty: the model's embedded spec)
+  double importSeconds = 0;
+  double analysisSeconds = 0;
+};
+
+/// What one frame showed, for --dump-state and the tests: filled by the Draw*() functions.
+struct FrameRecord {
+  struct Panel {
+    std::string name;
+    ImVec2 pos, size;
+  };
+  std::vector<Panel> panels;
+  std::vector<std::string> inspectorText;  // every line the inspector drew
+  std::size_t nodesDrawn = 0, edgesDrawn = 0, clustersDrawn = 0, labelsDrawn = 0;
+  std::size_t lnRowsShown = 0;
+};
+
+struct OpenDialogState {
+  bool visible = false;
+  bool focusPath = false;
+  std::string path;
+  std::string inputs;  // space-separated input specs, empty = the model's own
+  std::string listedDirectory;
+  std::vector<std::string> entries;  // names in listedDirectory, directories end in '/'
+  std::string listError;
+};
+
+struct PathPrompt {  // "save report as", "export image as"
+  bool visible = false;
+  bool focus = false;
+  std::string path;
+};
+
+struct FoldState {
+  bool available = false;  // the model has something to fold
+  bool running = false;
+  std::optional<std::string> summary;       // one line
+  std::vector<std::string> details;         // per output check
+  bool verified = false;
+  bool equivalent = false;
+};
+
+struct BenchState {
+  bool running = false;
+  std::string device = "cpu";
+  struct Row { std::string name; double milliseconds = 0; double spread = 0; };
+  std::vector<Row> rows;  // original, folded
+  std::string note;
+};
+
+struct UiState {
+  // ---- model ----
+  std::shared_ptr<const LoadedModel> model;
+  uint64_t generation = 0;  // bumped on every open; stale completions compare it
+  std::string loadingPath;
+  std::string errorMessage;  // last error, one line; shown until the next action
+  std::string statusMessage;
+
+  // ---- selection ----
+  int selectedLn = -1;            // index into analysis.layerNorms
+  NodeId selectedNode = kNone;    // the inspector's node
+  Highlight highlight;
+
+  // ---- windows ----
+  bool showLnTable = true;
+  bool showInspector = true;
+  bool showMinimap = true;
+  bool showMetrics = false;
+  OpenDialogState open;
+  PathPrompt saveReport;
+  PathPrompt exportImage;
+
+  // ---- LN table ----
+  std::string lnSearch;
+  int lnVerdictFilter = 0;  // 0 all, 1 foldable, 2 not foldable
+  bool scrollTableToSelection = false;
+  bool lnSearchFocus = false;
+
+  // ---- canvas ----
+  CanvasScene scene;
+  std::shared_ptr<const render::Scene> fullScene;  // every block expanded; built once per model
+  uint64_t layoutSerial = 0;  // newest layout request; older answers are dropped
+  CanvasCamera camera;
+
+  // ---- actions ----
+  FoldState fold;
+  BenchState bench;
+
+  // ---- measurements ----
+  std::deque<float> frameMs;     // whole frame (UI build + GL render), most recent last
+  std::deque<float> uiMs;        // building the ImGui frame only
+  FrameRecord record;            // the last frame's
+  uint64_t frameIndex = 0;
+};
+
+/// The context handed to every Draw*(): the state and the workers.
+struct App {
+  UiState ui;
+  Worker modelWorker;   // import, analysis, fold, benchmark
+  Worker layoutWorker;  // Graphviz layouts, so a long layout never delays a load
+  App(std::function<void()> wake) : modelWorker("model", wake), layoutWorker("layout", wake) {}
+};
+
+// ---- actions (actions.cpp): everything a menu item, button or shortcut does ----
+void openModel(App& app, const std::string& path, const std::vector<std::string>& inputSpecs);
+void selectLayerNorm(App& app, int index, bool centerView);
+void selectNode(App& app, NodeId node);
+bool selectLayerNormByPath(App& app, const std::string& modulePath);
+void saveReport(App& app, const std::string& path);
+void exportImage(App& app, const std::string& path);
+void startFold(App& app);
+void startBenchmark(App& app);
+void handleShortcuts(App& app);
+std::vector<std::string> splitInputSpecs(const std::string& text);
+
+// ---- windows (one view_*.cpp each) ----
+void DrawMainMenu(App& app);
+void DrawCanvas(App& app);
+void DrawLnTable(App& app);
+void DrawInspector(App& app);
+void DrawOpenDialog(App& app);
+void DrawPathPrompts(App& app);
+void DrawStatusBar(App& app);
+void DrawActions(App& app);
+void DrawMetrics(App& app);
+
+/// Where the fixed windows go this frame (tiles of the main viewport below the menu bar).
+struct WindowLayout {
+  ImVec2 tablePos, tableSize, canvasPos, canvasSize, inspectorPos, inspectorSize, statusPos,
+      statusSize;
+};
+WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHeight);
+void recordPanel(UiState& ui, const char* name);  // call inside Begin/End
+
+}  // namespace foldnorm::gui

@@ -1,0 +1,50 @@
+// Headless runs for tests and docs: wait until the model is loaded, analysed and laid out, render
+// a few more frames so every window has settled, then save the framebuffer as PNG and what the
+// frame showed as JSON, and exit.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace foldnorm::gui {
+
+struct App;
+struct UiState;
+
+struct HeadlessOptions {
+  std::string screenshot;
+  std::string select;
+  std::string dumpState;
+  int frames = 5;
+  double timeoutSeconds = 600;
+  bool enabled() const { return !screenshot.empty(); }
+};
+
+class HeadlessRun {
+ public:
+  enum class Step { Continue, Done, Failed };
+  explicit HeadlessRun(HeadlessOptions options);
+  /// Call after the frame is rendered, before the buffers are swapped (reads the back buffer).
+  Step afterFrame(App& app, int framebufferWidth, int framebufferHeight);
+
+ private:
+  bool ready(const App& app) const;
+  HeadlessOptions options_;
+  int settledFrames_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  uint64_t firstSettledFrame_ = 0;
+};
+
+/// Rows of RGBA pixels read from the current framebuffer (top row first) written as PNG.
+bool saveFramebufferPng(const std::string& path, int width, int height, std::string* error);
+
+/// The JSON --dump-state writes (schema "foldnorm-gui-state/1", docs/gui.md).
+std::string dumpStateJson(const App& app, uint64_t measuredFromFrame);
+
+/// Keeps the last frame times for the metrics window and the dump.
+void recordFrameTime(UiState& ui, float frameMs, float uiMs);
+
+/// The whole frame: menu, windows at their tiles, dialogs, shortcuts (frame.cpp).
+void DrawFrame(App& app);
+
+}  // namespace foldnorm::gui

@@ -1,0 +1,161 @@
+// foldnorm-gui [MODEL.pt] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
+//              [--dump-state STATE.json]]
+// Only the platform here: command line, GLFW window, OpenGL context, Dear ImGui backends and the
+// frame loop. What a frame shows is frame.cpp; the windows are view_*.cpp.
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "app.h"
+#include "headless.h"
+
+namespace {
+
+void glfwErrorCallback(int code, const char* description) {
+  std::fprintf(stderr, "foldnorm-gui: GLFW error %d: %s\n", code, description);
+}
+
+// A proportional font reads better than ImGui's bitmap default in screenshots; the default
+// stays when DejaVu (Debian's fonts-dejavu-core) is not installed.
+void loadFont(ImGuiIO& io) {
+  const char* kFont = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+  if (std::filesystem::exists(kFont)) io.Fonts->AddFontFromFileTTF(kFont, 15.0f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace foldnorm::gui;
+  CLI::App cli{"foldnorm-gui: inspect which LayerNorms of a traced model fold into RMSNorm, and why"};
+  std::string modelPath;
+  std::vector<std::string> inputSpecs;
+  HeadlessOptions headless;
+  int width = 1600, height = 1000;
+  cli.add_option("model", modelPath, "TorchScript file (.pt) to open");
+  cli.add_option("--input,-i", inputSpecs,
+                 "Example input SHAPE:DTYPE[lo,hi), repeatable (default: the model's own spec)")
+      ->take_all();
+  cli.add_option("--screenshot", headless.screenshot,
+                 "Render, save the window as PNG and exit (needs MODEL)");
+  cli.add_option("--select", headless.select, "Select this LayerNorm (module path) at start");
+  cli.add_option("--frames", headless.frames,
+                 "With --screenshot: frames to render once the model is laid out")
+      ->capture_default_str();
+  cli.add_option("--dump-state", headless.dumpState,
+                 "With --screenshot: write what the last frame showed as JSON");
+  cli.add_option("--timeout", headless.timeoutSeconds,
+                 "With --screenshot: give up after this many seconds")
+      ->capture_default_str();
+  cli.add_option("--width", width, "Window width")->capture_default_str();
+  cli.add_option("--height", height, "Window height")->capture_default_str();
+  CLI11_PARSE(cli, argc, argv);
+  if (!headless.screenshot.empty() && modelPath.empty()) {
+    std::cerr << "foldnorm-gui: error: --screenshot needs a MODEL.pt to show\n";
+    return 2;
+  }
+
+  glfwSetErrorCallback(glfwErrorCallback);
+  if (!glfwInit()) {
+    std::cerr << "foldnorm-gui: error: cannot initialise GLFW (no display? run under xvfb-run -a)\n";
+    return 2;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  GLFWwindow* window = glfwCreateWindow(width, height, "foldnorm", nullptr, nullptr);
+  if (!window) {
+    std::cerr << "foldnorm-gui: error: cannot create an OpenGL 3.3 window\n";
+    glfwTerminate();
+    return 2;
+  }
+  glfwMakeContextCurrent(window);
+  // Headless runs measure frame cost, not the display's refresh.
+  glfwSwapInterval(headless.enabled() ? 0 : 1);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // window placement is computed per frame, nothing to remember
+  loadFont(io);
+  ImGui::StyleColorsDark();
+  ImGui::GetStyle().WindowRounding = 0.0f;
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 330");
+
+  int rc = 0;
+  {
+    App app([] { glfwPostEmptyEvent(); });
+    if (!modelPath.empty()) openModel(app, modelPath, inputSpecs);
+    else app.ui.open.visible = app.ui.open.focusPath = true;
+    HeadlessRun run(headless);
+    std::string pendingSelect = headless.select;
+
+    while (!glfwWindowShouldClose(window)) {
+      const bool busy = !app.modelWorker.idle() || !app.layoutWorker.idle();
+      // Idle: sleep until input (or a worker's wake-up); busy: keep the progress moving.
+      if (headless.enabled() || busy) glfwPollEvents();
+      else glfwWaitEventsTimeout(0.5);
+      const auto frameStart = std::chrono::steady_clock::now();
+      app.modelWorker.drain(app);
+      app.layoutWorker.drain(app);
+      if (!pendingSelect.empty() && app.ui.model) {
+        if (!selectLayerNormByPath(app, pendingSelect)) {
+          app.ui.errorMessage = "--select " + pendingSelect + ": no LayerNorm with that module path";
+        }
+        pendingSelect.clear();
+      }
+
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      // Headless: wherever X left the pointer, it must not hover anything into the picture.
+      if (headless.enabled()) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+      ImGui::NewFrame();
+      DrawFrame(app);
+      ImGui::Render();
+      const float uiMs = std::chrono::duration<float, std::milli>(
+                             std::chrono::steady_clock::now() - frameStart).count();
+
+      int fbWidth = 0, fbHeight = 0;
+      glfwGetFramebufferSize(window, &fbWidth, &fbHeight);
+      glViewport(0, 0, fbWidth, fbHeight);
+      glClearColor(0.09f, 0.09f, 0.10f, 1.0f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (headless.enabled()) glFinish();  // count the software rasterizer's work in the frame
+      const float frameMs = std::chrono::duration<float, std::milli>(
+                                std::chrono::steady_clock::now() - frameStart).count();
+      recordFrameTime(app.ui, frameMs, uiMs);
+
+      if (headless.enabled()) {
+        const HeadlessRun::Step step = run.afterFrame(app, fbWidth, fbHeight);
+        if (step == HeadlessRun::Step::Done || step == HeadlessRun::Step::Failed) {
+          rc = step == HeadlessRun::Step::Done ? 0 : 1;
+          break;
+        }
+      }
+      glfwSwapBuffers(window);
+    }
+    // Quitting never waits for an import or a Graphviz layout that may take minutes: the
+    // worker holds no file open for writing, so the process can end under it.
+    if (!app.modelWorker.idle() || !app.layoutWorker.idle()) {
+      std::fflush(nullptr);
+      std::_Exit(rc);
+    }
+  }
+
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return rc;
+}

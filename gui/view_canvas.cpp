@@ -1,0 +1,392 @@
+// The graph canvas: Graphviz positions (layout_task.h), drawn with ImGui's draw list. Pan by
+// dragging, zoom with the wheel around the cursor, click a box to inspect it, double-click a
+// block to expand or collapse it. Only what intersects the visible rectangle is drawn, and
+// labels only where they are legible, so a frame costs what is on screen, not the graph size.
+#include <algorithm>
+#include <cmath>
+
+#include "app.h"
+#include "layout_task.h"
+#include "palette.h"
+
+namespace foldnorm::gui {
+namespace {
+
+constexpr float kMinZoom = 0.01f;
+constexpr float kMaxZoom = 6.0f;
+
+struct View {
+  ImVec2 origin;  // screen position of the canvas' top-left
+  ImVec2 size;
+  const CanvasCamera* camera;
+  ImVec2 toScreen(ImVec2 p) const {
+    return ImVec2(origin.x + size.x * 0.5f + (p.x - camera->center.x) * camera->zoom,
+                  origin.y + size.y * 0.5f + (p.y - camera->center.y) * camera->zoom);
+  }
+  ImVec2 toLayout(ImVec2 s) const {
+    return ImVec2(camera->center.x + (s.x - origin.x - size.x * 0.5f) / camera->zoom,
+                  camera->center.y + (s.y - origin.y - size.y * 0.5f) / camera->zoom);
+  }
+  // The visible rectangle in layout coordinates, for culling.
+  ImVec2 visibleMin() const { return toLayout(origin); }
+  ImVec2 visibleMax() const { return toLayout(ImVec2(origin.x + size.x, origin.y + size.y)); }
+};
+
+bool overlaps(ImVec2 amin, ImVec2 amax, ImVec2 bmin, ImVec2 bmax) {
+  return amin.x <= bmax.x && amax.x >= bmin.x && amin.y <= bmax.y && amax.y >= bmin.y;
+}
+
+ImU32 textOn(ImU32 fill) {
+  const float r = (fill & 0xff) / 255.0f, g = ((fill >> 8) & 0xff) / 255.0f,
+              b = ((fill >> 16) & 0xff) / 255.0f;
+  return 0.299f * r + 0.587f * g + 0.114f * b > 0.55f ? IM_COL32(20, 20, 20, 255)
+                                                      : IM_COL32(240, 240, 240, 255);
+}
+
+void fit(CanvasCamera& camera, ImVec2 min, ImVec2 max, ImVec2 canvas, float maxZoom) {
+  const float w = std::max(1.0f, max.x - min.x), h = std::max(1.0f, max.y - min.y);
+  camera.zoom = std::clamp(std::min(canvas.x / w, canvas.y / h) * 0.92f, kMinZoom, maxZoom);
+  camera.center = ImVec2((min.x + max.x) * 0.5f, (min.y + max.y) * 0.5f);
+}
+
+// The strongest highlight role among a collapsed block's members.
+Role blockRole(const Highlight& h, const CanvasNode& n) {
+  Role best = Role::None;
+  for (NodeId m : n.members) {
+    const Role r = h.role(m);
+    if (r == Role::SelectedLn) return r;
+    if (r != Role::None && (best == Role::None || r == Role::Breaker || r == Role::Consumer)) best = r;
+  }
+  return best;
+}
+
+void applyCameraRequests(UiState& ui, const View& view) {
+  CanvasScene& scene = ui.scene;
+  CanvasCamera& cam = ui.camera;
+  if (scene.empty()) return;
+  if (cam.fitRequested) {
+    fit(cam, ImVec2(0, 0), scene.size, view.size, 1.5f);
+    cam.fitRequested = false;
+  }
+  if (cam.centerOnBlock >= 0) {
+    for (const auto& c : scene.clusters) {
+      if (c.block == cam.centerOnBlock) {
+        fit(cam, c.min, c.max, view.size, 1.2f);
+        cam.centerOnBlock = -1;
+        break;
+      }
+    }
+    if (!scene.expanded.count(cam.centerOnBlock)) cam.centerOnBlock = -1;  // collapsed meanwhile
+  }
+  if (cam.centerOn != kNone) {
+    const int i = scene.canvasIndexOf(cam.centerOn);
+    if (i >= 0) {
+      const CanvasNode& n = scene.nodes[i];
+      cam.center = ImVec2((n.min.x + n.max.x) * 0.5f, (n.min.y + n.max.y) * 0.5f);
+      // Readable, but keep some context around the node.
+      cam.zoom = std::clamp(cam.zoom, 1.3f, 2.0f);
+    }
+    cam.centerOn = kNone;
+  }
+}
+
+void drawArrow(ImDrawList* dl, ImVec2 from, ImVec2 tip, ImU32 colour, float size) {
+  ImVec2 d(tip.x - from.x, tip.y - from.y);
+  const float len = std::sqrt(d.x * d.x + d.y * d.y);
+  if (len < 1e-3f) return;
+  d = ImVec2(d.x / len, d.y / len);
+  const ImVec2 n(-d.y, d.x);
+  const ImVec2 base(tip.x - d.x * size, tip.y - d.y * size);
+  dl->AddTriangleFilled(tip, ImVec2(base.x + n.x * size * 0.45f, base.y + n.y * size * 0.45f),
+                        ImVec2(base.x - n.x * size * 0.45f, base.y - n.y * size * 0.45f), colour);
+}
+
+void drawLegend(ImDrawList* dl, ImVec2 at, const UiState& ui) {
+  struct Entry { ImU32 colour; const char* text; bool outline; };
+  std::vector<Entry> entries;
+  for (render::NodeRole role : render::legendEntries(*ui.scene.shown)) {
+    const auto& style = render::roleStyle(role);
+    entries.push_back({render::toImGuiColour(style.fill), style.legend, false});
+  }
+  if (ui.selectedLn >= 0) {
+    for (Role r : {Role::MeanZero, Role::Leaf, Role::BreakPath, Role::Breaker, Role::ShiftPath,
+                   Role::Consumer}) {
+      entries.push_back({palette::roleColour(r), toString(r), true});
+    }
+  }
+  const float line = ImGui::GetTextLineHeight() + 2;
+  float width = 0;
+  for (const auto& e : entries) width = std::max(width, ImGui::CalcTextSize(e.text).x);
+  const ImVec2 max(at.x + width + 34, at.y + line * entries.size() + 8);
+  dl->AddRectFilled(at, max, IM_COL32(20, 22, 26, 220), 4.0f);
+  float y = at.y + 4;
+  for (const auto& e : entries) {
+    const ImVec2 a(at.x + 6, y + 2), b(at.x + 22, y + line - 4);
+    if (e.outline) dl->AddRect(a, b, e.colour, 2.0f, 0, 2.5f);
+    else dl->AddRectFilled(a, b, e.colour, 2.0f);
+    dl->AddText(ImVec2(at.x + 28, y), IM_COL32(220, 220, 220, 255), e.text);
+    y += line;
+  }
+}
+
+// The selected LN's verdict over the canvas, so the picture explains itself in a screenshot.
+void drawCaption(ImDrawList* dl, const UiState& ui, const View& view) {
+  const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];
+  const std::string title = (v.info.modulePath.empty() ? std::string("(top level)") : v.info.modulePath);
+  const std::string text = verdictLine(v);
+  const float wrap = std::min(view.size.x * 0.6f, 720.0f);
+  const ImVec2 ts = ImGui::CalcTextSize(text.c_str(), nullptr, false, wrap);
+  const ImVec2 tt = ImGui::CalcTextSize(title.c_str());
+  const float w = std::max(ts.x, tt.x) + 20, hgt = ts.y + tt.y + 16;
+  const ImVec2 a(view.origin.x + view.size.x - w - 10, view.origin.y + 8);
+  dl->AddRectFilled(a, ImVec2(a.x + w, a.y + hgt), IM_COL32(20, 22, 26, 230), 4.0f);
+  dl->AddRectFilled(a, ImVec2(a.x + 5, a.y + hgt),
+                    v.foldable ? palette::kLnFoldable : palette::kLnNotFoldable, 2.0f);
+  dl->AddText(ImVec2(a.x + 12, a.y + 6), IM_COL32(255, 255, 255, 255), title.c_str());
+  dl->AddText(ImGui::GetFont(), ImGui::GetFontSize(), ImVec2(a.x + 12, a.y + 10 + tt.y),
+              ImGui::ColorConvertFloat4ToU32(v.foldable ? palette::kFoldableText
+                                                        : palette::kNotFoldableText),
+              text.c_str(), nullptr, wrap);
+}
+
+void drawMinimap(ImDrawList* dl, UiState& ui, const View& view) {
+  const CanvasScene& scene = ui.scene;
+  if (scene.size.x <= 0 || scene.size.y <= 0) return;
+  const float maxSide = std::min(220.0f, std::min(view.size.x, view.size.y) * 0.35f);
+  const float scale = maxSide / std::max(scene.size.x, scene.size.y);
+  const ImVec2 mapSize(scene.size.x * scale, scene.size.y * scale);
+  const ImVec2 at(view.origin.x + view.size.x - mapSize.x - 10,
+                  view.origin.y + view.size.y - mapSize.y - 10);
+  const ImVec2 end(at.x + mapSize.x, at.y + mapSize.y);
+  dl->AddRectFilled(ImVec2(at.x - 4, at.y - 4), ImVec2(end.x + 4, end.y + 4),
+                    IM_COL32(15, 16, 19, 230), 3.0f);
+  auto M = [&](ImVec2 p) { return ImVec2(at.x + p.x * scale, at.y + p.y * scale); };
+  for (const auto& n : scene.nodes) {
+    ImVec2 a = M(n.min), b = M(n.max);
+    b = ImVec2(std::max(b.x, a.x + 1.5f), std::max(b.y, a.y + 1.5f));
+    const Role r = n.block >= 0 ? blockRole(ui.highlight, n) : ui.highlight.role(n.node);
+    dl->AddRectFilled(a, b, r != Role::None ? palette::roleColour(r) : n.fill);
+  }
+  const ImVec2 vmin = view.visibleMin(), vmax = view.visibleMax();
+  dl->AddRect(M(vmin), M(vmax), IM_COL32(255, 255, 255, 200), 0, 0, 1.5f);
+  // Click or drag in the minimap to move there.
+  ImGui::SetCursorScreenPos(at);
+  ImGui::InvisibleButton("##minimap", mapSize);
+  if (ImGui::IsItemActive()) {
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    ui.camera.center = ImVec2((m.x - at.x) / scale, (m.y - at.y) / scale);
+  }
+}
+
+}  // namespace
+
+void DrawCanvas(App& app) {
+  UiState& ui = app.ui;
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(0, 0));
+  const bool open = ImGui::Begin("Graph", nullptr,
+                                 ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
+                                     ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoScrollbar |
+                                     ImGuiWindowFlags_NoScrollWithMouse |
+                                     ImGuiWindowFlags_NoBringToFrontOnFocus);
+  ImGui::PopStyleVar();
+  if (!open) {
+    ImGui::End();
+    return;
+  }
+  recordPanel(ui, "Graph");
+  CanvasScene& scene = ui.scene;
+
+  // Toolbar.
+  ImGui::SetCursorPos(ImVec2(8, ImGui::GetCursorPosY() + 4));
+  if (ImGui::Button("Fit (F)")) ui.camera.fitRequested = true;
+  ImGui::SameLine();
+  if (!scene.empty()) {
+    if (ImGui::Button("Expand all")) {
+      std::set<int> all;
+      for (int b : scene.blockOfNode) if (b >= 0) all.insert(b);
+      startLayout(app, all);
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Collapse all")) startLayout(app, {});
+    ImGui::SameLine();
+    ImGui::TextDisabled("zoom %.0f%%   %s", ui.camera.zoom * 100, scene.summary.c_str());
+  }
+
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const ImVec2 size(std::max(avail.x, 50.0f), std::max(avail.y, 50.0f));
+  View view{origin, size, &ui.camera};
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(origin, ImVec2(origin.x + size.x, origin.y + size.y), palette::kCanvasBackground);
+
+  if (scene.empty()) {
+    const char* text = ui.model ? "laying out the graph..." : ui.loadingPath.empty()
+                                                                 ? "Open a model with Ctrl+O"
+                                                                 : "loading the model...";
+    const ImVec2 ts = ImGui::CalcTextSize(text);
+    dl->AddText(ImVec2(origin.x + (size.x - ts.x) * 0.5f, origin.y + (size.y - ts.y) * 0.5f),
+                IM_COL32(200, 200, 200, 255), text);
+    ImGui::End();
+    return;
+  }
+
+  applyCameraRequests(ui, view);
+
+  // Input: the whole canvas is one button; drag pans, wheel zooms around the cursor.
+  ImGui::SetCursorScreenPos(origin);
+  ImGui::InvisibleButton("##canvas", size,
+                         ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight |
+                             ImGuiButtonFlags_MouseButtonMiddle);
+  const bool hovered = ImGui::IsItemHovered();
+  const ImGuiIO& io = ImGui::GetIO();
+  if (ImGui::IsItemActive() && (io.MouseDelta.x != 0 || io.MouseDelta.y != 0)) {
+    ui.camera.center.x -= io.MouseDelta.x / ui.camera.zoom;
+    ui.camera.center.y -= io.MouseDelta.y / ui.camera.zoom;
+  }
+  if (hovered && io.MouseWheel != 0) {
+    const ImVec2 before = view.toLayout(io.MousePos);
+    ui.camera.zoom = std::clamp(ui.camera.zoom * std::pow(1.15f, io.MouseWheel), kMinZoom, kMaxZoom);
+    const ImVec2 after = view.toLayout(io.MousePos);
+    ui.camera.center.x += before.x - after.x;
+    ui.camera.center.y += before.y - after.y;
+  }
+
+  dl->PushClipRect(origin, ImVec2(origin.x + size.x, origin.y + size.y), true);
+  const ImVec2 vmin = view.visibleMin(), vmax = view.visibleMax();
+  const float zoom = ui.camera.zoom;
+  ImFont* font = ImGui::GetFont();
+  // Graphviz sized the boxes for 10 pt titles; text smaller than ~7 px is noise, so skip it.
+  const float fontSize = 11.0f * zoom;
+  const bool labels = fontSize >= 7.0f;
+  const Highlight& h = ui.highlight;
+
+  // Clusters: frames with the module path, only while they are large enough to read.
+  int hoveredCluster = -1;
+  for (std::size_t i = 0; i < scene.clusters.size(); ++i) {
+    const CanvasCluster& c = scene.clusters[i];
+    if (!overlaps(c.min, c.max, vmin, vmax)) continue;
+    const ImVec2 a = view.toScreen(c.min), b = view.toScreen(c.max);
+    dl->AddRectFilled(a, b, palette::kClusterFill, 4.0f);
+    dl->AddRect(a, b, palette::kClusterFrame, 4.0f, 0, 1.0f);
+    if (labels || (b.x - a.x) > 120) {
+      dl->AddText(ImVec2(a.x + 6, a.y + 3), palette::kClusterText, c.label.c_str());
+    }
+    if (hovered && c.topLevel && io.MousePos.x >= a.x && io.MousePos.x <= b.x &&
+        io.MousePos.y >= a.y && io.MousePos.y <= b.y) {
+      hoveredCluster = static_cast<int>(i);
+    }
+    ++ui.record.clustersDrawn;
+  }
+
+  // Edges: splines, highlighted when on the selected LN's explanation.
+  for (const CanvasEdge& e : scene.edges) {
+    if (!overlaps(e.min, e.max, vmin, vmax)) continue;
+    const CanvasNode& from = scene.nodes[e.from];
+    const CanvasNode& to = scene.nodes[e.to];
+    const bool marked = from.node != kNone && to.node != kNone && h.hasEdge(from.node, to.node);
+    ImU32 colour = palette::kEdge;
+    float thickness = std::clamp(zoom, 1.0f, 2.0f);
+    if (marked) {
+      const Role r = h.role(to.node) == Role::SelectedLn ? h.role(from.node) : h.role(to.node);
+      colour = palette::roleColour(r == Role::Leaf ? Role::MeanZero : r);
+      thickness = std::clamp(3.0f * zoom, 2.5f, 5.0f);
+    }
+    if (zoom < 0.08f) {
+      dl->AddLine(view.toScreen(e.points.front()), view.toScreen(e.points.back()), colour, thickness);
+    } else {
+      for (std::size_t i = 0; i + 3 < e.points.size(); i += 3) {
+        dl->AddBezierCubic(view.toScreen(e.points[i]), view.toScreen(e.points[i + 1]),
+                           view.toScreen(e.points[i + 2]), view.toScreen(e.points[i + 3]), colour,
+                           thickness, zoom < 0.4f ? 6 : 0);
+      }
+    }
+    if (e.hasArrow && zoom > 0.25f) {
+      drawArrow(dl, view.toScreen(e.points.back()), view.toScreen(e.arrowTip), colour, 7.0f * zoom + 2);
+    }
+    ++ui.record.edgesDrawn;
+  }
+
+  // Nodes.
+  int hoveredNode = -1;
+  for (std::size_t i = 0; i < scene.nodes.size(); ++i) {
+    const CanvasNode& n = scene.nodes[i];
+    if (!overlaps(n.min, n.max, vmin, vmax)) continue;
+    ImVec2 a = view.toScreen(n.min), b = view.toScreen(n.max);
+    b = ImVec2(std::max(b.x, a.x + 2), std::max(b.y, a.y + 2));
+    const Role role = n.block >= 0 ? blockRole(h, n) : h.role(n.node);
+    const bool dimmed = h.ln != kNone && role == Role::None;
+    ImU32 fill = n.fill;
+    if (dimmed) fill = (fill & 0x00ffffff) | (110u << 24);  // the selection's story stands out
+    const float rounding = std::min(6.0f, 4.0f * zoom);
+    dl->AddRectFilled(a, b, fill, rounding);
+    if (n.block >= 0 && n.layerNorms > 0) {
+      // A collapsed block's bar: the share of its LNs that fold.
+      const float frac = static_cast<float>(n.foldable) / n.layerNorms;
+      const float barH = std::max(3.0f, (b.y - a.y) * 0.12f);
+      const float split = a.x + (b.x - a.x) * frac;
+      dl->AddRectFilled(ImVec2(a.x, b.y - barH), ImVec2(split, b.y), palette::kLnFoldable);
+      dl->AddRectFilled(ImVec2(split, b.y - barH), b, palette::kLnNotFoldable);
+    }
+    const bool selected = n.node != kNone && n.node == ui.selectedNode;
+    if (role != Role::None) {
+      dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), palette::roleColour(role),
+                  rounding, 0, std::clamp(3.0f * zoom, 2.0f, 4.0f));
+    } else {
+      dl->AddRect(a, b, dimmed ? (n.border & 0x00ffffff) | (110u << 24) : n.border, rounding, 0, 1.0f);
+    }
+    if (selected) {
+      dl->AddRect(ImVec2(a.x - 5, a.y - 5), ImVec2(b.x + 5, b.y + 5), IM_COL32(255, 255, 255, 255),
+                  rounding + 2, 0, 2.0f);
+    }
+    if (labels && b.y - a.y >= fontSize) {
+      const ImU32 text = dimmed ? IM_COL32(150, 150, 150, 255) : textOn(n.fill);
+      const ImVec4 clip(a.x + 2, a.y, b.x - 2, b.y);
+      const float lineH = fontSize * 1.15f;
+      const float total = lineH * (1 + n.lines.size());
+      float y = (a.y + b.y) * 0.5f - std::min(total, b.y - a.y) * 0.5f;
+      auto centred = [&](const std::string& s, float sizePx) {
+        const ImVec2 ts = font->CalcTextSizeA(sizePx, FLT_MAX, 0, s.c_str());
+        dl->AddText(font, sizePx, ImVec2((a.x + b.x - ts.x) * 0.5f, y), text, s.c_str(), nullptr, 0,
+                    &clip);
+        y += lineH;
+      };
+      centred(n.title, fontSize);
+      for (const auto& l : n.lines) {
+        if (y + lineH > b.y + 1) break;
+        centred(l, fontSize * 0.85f);
+      }
+      ++ui.record.labelsDrawn;
+    }
+    if (hovered && io.MousePos.x >= a.x && io.MousePos.x <= b.x && io.MousePos.y >= a.y &&
+        io.MousePos.y <= b.y) {
+      hoveredNode = static_cast<int>(i);
+    }
+    ++ui.record.nodesDrawn;
+  }
+  dl->PopClipRect();
+
+  // Interaction with what is under the cursor.
+  if (hoveredNode >= 0) {
+    const CanvasNode& n = scene.nodes[hoveredNode];
+    if (!n.tooltip.empty() && !ImGui::IsMouseDragging(0)) ImGui::SetTooltip("%s", n.tooltip.c_str());
+    if (ImGui::IsMouseDoubleClicked(0) && n.block >= 0) {
+      toggleBlock(app, n.block, true);
+    } else if (ImGui::IsMouseReleased(0) && io.MouseDragMaxDistanceSqr[0] < 16.0f &&
+               n.node != kNone) {  // a click, not the end of a pan
+      selectNode(app, n.node);
+      if (const LayerNormVerdict* v = ui.model->analysis.verdictFor(n.node)) {
+        const auto& lns = ui.model->analysis.layerNorms;
+        selectLayerNorm(app, static_cast<int>(v - lns.data()), false);
+      }
+    }
+  } else if (hoveredCluster >= 0 && ImGui::IsMouseDoubleClicked(0)) {
+    toggleBlock(app, scene.clusters[hoveredCluster].block, false);
+  }
+
+  drawLegend(dl, ImVec2(origin.x + 8, origin.y + 8), ui);
+  if (ui.selectedLn >= 0) drawCaption(dl, ui, view);
+  if (ui.showMinimap) drawMinimap(dl, ui, view);
+  ImGui::End();
+}
+
+}  // namespace foldnorm::gui

@@ -1,0 +1,131 @@
+// The inspector: for the selected node, its op, module, source, inputs and outputs with shapes,
+// the mean-zero fact on each value, and the rule that applied with its rationale. For a
+// LayerNorm, its verdict first: what to center, or what breaks it and where.
+#include <sstream>
+
+#include "app.h"
+#include "foldnorm/analysis/rules.h"
+#include "palette.h"
+
+namespace foldnorm::gui {
+namespace {
+
+// Every line goes through here so --dump-state can say what the panel showed.
+void line(UiState& ui, const std::string& text) {
+  ImGui::TextWrapped("%s", text.c_str());
+  ui.record.inspectorText.push_back(text);
+}
+void colouredLine(UiState& ui, const ImVec4& colour, const std::string& text) {
+  ImGui::PushStyleColor(ImGuiCol_Text, colour);
+  ImGui::TextWrapped("%s", text.c_str());
+  ImGui::PopStyleColor();
+  ui.record.inspectorText.push_back(text);
+}
+void heading(UiState& ui, const std::string& text) {
+  ImGui::Spacing();
+  ImGui::TextDisabled("%s", text.c_str());
+  ImGui::Separator();
+  ui.record.inspectorText.push_back(text);
+}
+
+std::string factText(const MeanZeroFact& fact) {
+  std::ostringstream os;
+  os << fact;
+  return os.str();
+}
+
+std::string valueLine(const Graph& g, const AnalysisResult& r, ValueId v) {
+  const Value& value = g.value(v);
+  std::string text = "%" + value.name + "  ";
+  if (value.tensor) text += g.describeTensor(v);
+  else if (value.constant) text += formatConstant(*value.constant);
+  else text += toString(value.kind);
+  if (value.param != kNone) text += "  (parameter " + g.parameter(value.param).path + ")";
+  if (value.kind == ValueKind::Tensor && v < r.facts.size() &&
+      r.facts[v].state != MeanZeroFact::State::Unknown) {
+    text += "\n    " + factText(r.facts[v]);
+  }
+  return text;
+}
+
+void drawVerdict(App& app, const LayerNormVerdict& v) {
+  UiState& ui = app.ui;
+  const Graph& g = ui.model->imported.graph;
+  const AnalysisResult& r = ui.model->analysis;
+  heading(ui, "LayerNorm " + (v.info.modulePath.empty() ? std::string("(top level)") : v.info.modulePath));
+  colouredLine(ui, v.foldable ? palette::kFoldableText : palette::kNotFoldableText, verdictLine(v));
+  line(ui, "normalized shape " + formatShape(v.info.normalizedShape) + ", eps " +
+               std::to_string(v.info.eps) + (v.info.hasWeight ? ", weight" : "") +
+               (v.info.hasBias ? ", bias" : ""));
+  if (!v.leaves.empty()) {
+    line(ui, std::string(v.foldable ? "Leaves to center:" : "Leaves it would need:"));
+    for (LeafId id : v.leaves) {
+      if (id < r.leaves.size()) line(ui, "  " + describeLeaf(g, r.leaves[id]));
+    }
+  }
+  if (v.breaker != kNone) line(ui, "Breaking node: " + g.describeNode(v.breaker));
+  if (v.consumer != kNone) line(ui, "Sees the shift: " + g.describeNode(v.consumer));
+  if (v.sharedParameter != kNone) {
+    line(ui, "Shared parameter: " + g.parameter(v.sharedParameter).path);
+  }
+  if (!v.path.empty()) {
+    const bool forward = v.reason == VerdictReason::UnsafeShift;
+    line(ui, std::string(forward ? "Shift path: " : "Path: ") +
+                 describePath(g, v.path, forward ? " -> " : " <- "));
+  }
+}
+
+}  // namespace
+
+void DrawInspector(App& app) {
+  UiState& ui = app.ui;
+  if (!ImGui::Begin("Inspector", &ui.showInspector, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  recordPanel(ui, "Inspector");
+  if (!ui.model || ui.selectedNode == kNone) {
+    ImGui::TextDisabled("Select a LayerNorm in the table or a node on the canvas.");
+    ImGui::End();
+    return;
+  }
+  const Graph& g = ui.model->imported.graph;
+  const AnalysisResult& r = ui.model->analysis;
+  const NodeId n = ui.selectedNode;
+  const Node& node = g.node(n);
+
+  if (const LayerNormVerdict* v = r.verdictFor(n)) drawVerdict(app, *v);
+
+  heading(ui, "Node");
+  line(ui, "op: " + node.kind);
+  line(ui, "module: " + (node.modulePath.empty() ? std::string("(top level)") : node.modulePath));
+  if (!node.sourceLocation.empty()) line(ui, "source: " + node.sourceLocation);
+  const Role role = ui.highlight.role(n);
+  if (role != Role::None) {
+    colouredLine(ui, ImGui::ColorConvertU32ToFloat4(palette::roleColour(role)),
+                 std::string("in the selection: ") + toString(role));
+  }
+  for (const Leaf& leaf : r.leaves) {
+    if (leaf.node == n) {
+      line(ui, std::string("leaf") + (r.centeredLeaves.count(leaf.id) ? " (centered by the fold)" : "") +
+                   ": " + describeLeaf(g, leaf));
+    }
+  }
+
+  heading(ui, "Inputs");
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    line(ui, std::to_string(i) + ": " + valueLine(g, r, node.inputs[i]));
+  }
+  heading(ui, "Outputs");
+  for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+    line(ui, std::to_string(i) + ": " + valueLine(g, r, node.outputs[i]));
+  }
+
+  const Rule& rule = ruleFor(g, n);
+  heading(ui, "Rule");
+  line(ui, rule.name + " (" + toString(rule.family) + ")");
+  line(ui, rule.rationale);
+  ImGui::End();
+}
+
+}  // namespace foldnorm::gui

@@ -1,0 +1,100 @@
+// The LayerNorm table: every LN with its verdict, leaves and reason; filter by verdict, search by
+// text; selecting a row highlights the LN's mean-zero graph and centers the canvas on it.
+#include <imgui.h>
+#include <imgui_stdlib.h>  // after imgui.h, which it needs
+
+#include <algorithm>
+#include <cctype>
+
+#include "app.h"
+#include "palette.h"
+
+namespace foldnorm::gui {
+namespace {
+
+bool containsNoCase(const std::string& haystack, const std::string& needle) {
+  if (needle.empty()) return true;
+  auto it = std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
+                        [](char a, char b) { return std::tolower(a) == std::tolower(b); });
+  return it != haystack.end();
+}
+
+}  // namespace
+
+void DrawLnTable(App& app) {
+  UiState& ui = app.ui;
+  if (!ImGui::Begin("LayerNorms", &ui.showLnTable, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  recordPanel(ui, "LayerNorms");
+  if (!ui.model) {
+    ImGui::TextDisabled("No model loaded.");
+    ImGui::End();
+    return;
+  }
+  const auto& result = ui.model->analysis;
+  const auto& lns = result.layerNorms;
+  ImGui::Text("%zu of %zu fold into RMSNorm", result.foldableCount(), lns.size());
+
+  ImGui::SetNextItemWidth(-150);
+  if (ui.lnSearchFocus) {
+    ImGui::SetKeyboardFocusHere();
+    ui.lnSearchFocus = false;
+  }
+  ImGui::InputTextWithHint("##search", "search module, op or reason (Ctrl+F)", &ui.lnSearch);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-1);
+  const char* filters[] = {"all", "foldable", "not foldable"};
+  ImGui::Combo("##verdict", &ui.lnVerdictFilter, filters, 3);
+
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_ScrollY | ImGuiTableFlags_Resizable |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (ImGui::BeginTable("lns", 4, flags)) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("LayerNorm", ImGuiTableColumnFlags_WidthStretch, 3.0f);
+    ImGui::TableSetupColumn("verdict", ImGuiTableColumnFlags_WidthFixed, 86.0f);
+    ImGui::TableSetupColumn("leaves", ImGuiTableColumnFlags_WidthFixed, 44.0f);
+    ImGui::TableSetupColumn("reason", ImGuiTableColumnFlags_WidthStretch, 4.0f);
+    ImGui::TableHeadersRow();
+    std::size_t shown = 0;
+    for (std::size_t i = 0; i < lns.size(); ++i) {
+      const LayerNormVerdict& v = lns[i];
+      if (ui.lnVerdictFilter == 1 && !v.foldable) continue;
+      if (ui.lnVerdictFilter == 2 && v.foldable) continue;
+      const std::string reason = reasonText(ui.model->imported.graph, result, v);
+      if (!ui.lnSearch.empty() && !containsNoCase(v.info.modulePath, ui.lnSearch) &&
+          !containsNoCase(reason, ui.lnSearch) && !containsNoCase(toString(v.reason), ui.lnSearch)) {
+        continue;
+      }
+      ++shown;
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      const bool selected = ui.selectedLn == static_cast<int>(i);
+      ImGui::PushID(static_cast<int>(i));
+      const std::string name = v.info.modulePath.empty() ? "(top level)" : v.info.modulePath;
+      if (ImGui::Selectable(name.c_str(), selected, ImGuiSelectableFlags_SpanAllColumns)) {
+        selectLayerNorm(app, static_cast<int>(i), true);
+      }
+      if (selected && ui.scrollTableToSelection) {
+        ImGui::SetScrollHereY(0.5f);
+        ui.scrollTableToSelection = false;
+      }
+      ImGui::PopID();
+      ImGui::TableNextColumn();
+      if (v.foldable) ImGui::TextColored(palette::kFoldableText, "foldable");
+      else ImGui::TextColored(palette::kNotFoldableText, "%s", toString(v.reason));
+      ImGui::TableNextColumn();
+      ImGui::Text("%zu", v.leaves.size());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(reason.c_str());
+      if (ImGui::IsItemHovered() && !reason.empty()) ImGui::SetTooltip("%s", reason.c_str());
+    }
+    ui.record.lnRowsShown = shown;
+    ImGui::EndTable();
+  }
+  ImGui::End();
+}
+
+}  // namespace foldnorm::gui
