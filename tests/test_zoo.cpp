@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <dirent.h>
 #include <unistd.h>
@@ -79,6 +80,49 @@ int64_t tensorConstants(const torch::jit::Graph& graph) {
   return n;
 }
 
+// Names of each reference implementation that the saved model must keep.
+const std::map<std::string, std::vector<std::string>> kReferenceNames = {
+    {"gpt2", {"transformer.h.1.attn.c_attn.weight", "transformer.ln_f.bias", "lm_head.weight"}},
+    {"bert",
+     {"embeddings.word_embeddings.weight", "embeddings.token_type_embeddings.weight",
+      "embeddings.LayerNorm.weight", "encoder.layer.1.attention.self.query.weight",
+      "encoder.layer.1.attention.output.LayerNorm.bias", "encoder.layer.0.intermediate.dense.weight",
+      "encoder.layer.0.output.dense.bias", "encoder.layer.0.output.LayerNorm.weight",
+      "pooler.dense.weight"}},
+    {"opt",
+     {"model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight",
+      "model.decoder.layers.0.self_attn.q_proj.weight", "model.decoder.layers.1.self_attn.out_proj.bias",
+      "model.decoder.layers.0.self_attn_layer_norm.weight", "model.decoder.layers.0.fc1.weight",
+      "model.decoder.layers.1.final_layer_norm.bias", "model.decoder.final_layer_norm.weight",
+      "lm_head.weight"}},
+    {"opt350m",
+     {"model.decoder.project_in.weight", "model.decoder.project_out.weight",
+      "model.decoder.layers.1.fc2.bias", "model.decoder.layers.0.final_layer_norm.weight"}},
+    {"phi",
+     {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+      "model.layers.1.self_attn.dense.bias", "model.layers.0.mlp.fc1.weight",
+      "model.final_layernorm.weight", "lm_head.bias"}},
+    {"llama",
+     {"model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+      "model.layers.1.self_attn.o_proj.weight", "model.layers.1.mlp.gate_proj.weight",
+      "model.norm.weight", "lm_head.weight"}},
+    {"vit",
+     {"conv_proj.weight", "class_token", "encoder.pos_embedding",
+      "encoder.layers.encoder_layer_0.ln_1.weight",
+      "encoder.layers.encoder_layer_1.self_attention.in_proj_weight",
+      "encoder.layers.encoder_layer_1.self_attention.out_proj.bias",
+      "encoder.layers.encoder_layer_0.mlp.3.weight", "encoder.ln.bias", "heads.head.weight"}},
+    {"swin_t",
+     {"features.0.0.weight", "features.0.2.weight", "features.1.1.attn.relative_position_bias_table",
+      "features.1.0.attn.qkv.weight", "features.1.1.mlp.0.bias", "features.2.reduction.weight",
+      "features.2.norm.weight", "features.7.1.norm2.bias", "norm.weight", "head.weight"}},
+    {"convnext_t",
+     {"features.0.0.weight", "features.0.1.weight", "features.1.0.layer_scale",
+      "features.1.0.block.0.weight", "features.1.0.block.2.weight", "features.1.0.block.5.bias",
+      "features.2.0.weight", "features.2.1.weight", "features.7.0.block.3.weight",
+      "classifier.0.weight", "classifier.2.bias"}},
+};
+
 }  // namespace
 
 TEST_CASE("every zoo model's saved trace reproduces the eager model", "[zoo]") {
@@ -120,7 +164,13 @@ TEST_CASE("every zoo model's saved trace reproduces the eager model", "[zoo]") {
     CHECK(tensorConstants(*graph) == 0);
     std::set<std::string> eagerNames;
     for (const auto& p : eager.root->named_parameters()) eagerNames.insert(p.key());
-    CHECK(parameterNames(loaded) == eagerNames);
+    auto names = parameterNames(loaded);
+    CHECK(names == eagerNames);
+    REQUIRE(kReferenceNames.count(name) == 1);
+    for (const auto& expected : kReferenceNames.at(name)) {
+      INFO("reference name " << expected);
+      CHECK(names.count(expected) == 1);
+    }
   }
   {
     INFO("with the example-input spec embedded");
@@ -133,16 +183,20 @@ TEST_CASE("every zoo model's saved trace reproduces the eager model", "[zoo]") {
 
 TEST_CASE("language models run at sequence lengths other than the traced one", "[zoo]") {
   ScratchDir scratch;
-  auto name = GENERATE(as<std::string>{}, "gpt2");
+  auto name = GENERATE(as<std::string>{}, "gpt2", "bert", "opt", "opt350m", "phi", "llama");
   auto eager = foldnorm::zoo::makeEagerModel(name, "tiny", 3);
   auto loaded = torch::jit::load(buildTiny(scratch, name, 3).string());
+  INFO("model " << name);
   auto specs = eager.inputs;
   for (auto& s : specs) s.shape = {3, 7};
   auto inputs = foldnorm::zoo::makeInputs(specs, 5);
   auto got = foldnorm::zoo::runTraced(loaded, inputs);
   auto want = eagerOutputs(eager, inputs);
-  CHECK(got[0].size(1) == 7);
-  CHECK(torch::allclose(got[0], want[0], 1e-5, 1e-6));
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].sizes() == want[i].sizes());
+    CHECK(torch::allclose(got[i], want[i], 1e-5, 1e-6));
+  }
 }
 
 TEST_CASE("GPT-2 keeps the reference names and its tied head", "[zoo]") {
@@ -215,7 +269,9 @@ TEST_CASE("Python loads the saved zoo models with the C++ outputs and names", "[
     torch::jit::Module data(c10::QualifiedName("__torch__.foldnorm_test.ZooData"));
     for (std::size_t i = 0; i < inputs.size(); ++i) data.register_buffer("input_" + std::to_string(i), inputs[i]);
     for (std::size_t i = 0; i < outputs.size(); ++i) data.register_buffer("output_" + std::to_string(i), outputs[i]);
-    std::string tied = name == "gpt2" ? "lm_head.weight transformer.wte.weight" : "";
+    std::string tied = name == "gpt2"                      ? "lm_head.weight transformer.wte.weight"
+                       : name == "opt" || name == "opt350m" ? "lm_head.weight model.decoder.embed_tokens.weight"
+                                                            : "";
     data.register_attribute("tied", c10::StringType::get(), tied);
     auto dataPath = scratch.path / (name + "-data.pt");
     data.save(dataPath.string());

@@ -97,10 +97,6 @@ struct GPT2MLPImpl : torch::nn::Module {
 };
 TORCH_MODULE(GPT2MLP);
 
-torch::nn::LayerNorm layerNorm(int64_t d, double eps) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(eps));
-}
-
 struct GPT2BlockImpl : torch::nn::Module {
   explicit GPT2BlockImpl(const Gpt2Config& c) {
     ln_1 = register_module("ln_1", layerNorm(c.nEmbd, c.layerNormEps));

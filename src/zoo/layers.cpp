@@ -77,6 +77,50 @@ torch::Tensor geluNew(const torch::Tensor& x) {
   return 0.5 * x * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * torch::pow(x, 3.0))));
 }
 
+torch::nn::LayerNorm layerNorm(int64_t dim, double eps) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps));
+}
+
+torch::nn::Linear makeLinear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+torch::Tensor splitHeads(const torch::Tensor& x, int64_t heads) {
+  return viewTo(x, {dimOf(x, 0), dimOf(x, 1), heads, x.size(2) / heads}).transpose(1, 2);
+}
+
+torch::Tensor mergeHeads(const torch::Tensor& x) {
+  auto y = x.transpose(1, 2).contiguous();
+  return reshapeTo(y, {dimOf(y, 0), dimOf(y, 1), y.size(2) * y.size(3)});
+}
+
+torch::Tensor futureMask(const torch::Tensor& x, int64_t dim) {
+  auto i = arangeTo(0, dimOf(x, dim), torch::TensorOptions().dtype(torch::kLong));
+  return i.unsqueeze(0) > i.unsqueeze(1);
+}
+
+RotaryEmbeddingImpl::RotaryEmbeddingImpl(int64_t dim, double theta) {
+  auto exponents = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat) / static_cast<double>(dim);
+  inv_freq = register_buffer("inv_freq", 1.0 / torch::pow(theta, exponents));
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward(const torch::Tensor& x,
+                                                                     const torch::Tensor& positions) {
+  auto invFreq = inv_freq.unsqueeze(0).unsqueeze(-1).to(torch::kFloat);  // [1, dim/2, 1]
+  auto pos = positions.unsqueeze(1).to(torch::kFloat);                    // [B, 1, T]
+  auto freqs = torch::matmul(invFreq, pos).transpose(1, 2);               // [B, T, dim/2]
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(x.scalar_type()), emb.sin().to(x.scalar_type())};
+}
+
+torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  auto half = x.size(-1) / 2;
+  auto x1 = x.slice(-1, 0, half);
+  auto x2 = x.slice(-1, half, x.size(-1));
+  auto rotated = torch::cat({-x2, x1}, -1);
+  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+}
+
 namespace {
 // nn::Module keeps its parameter dictionary protected and register_parameter refuses a name
 // twice; tying needs to replace the entry in place.

@@ -16,7 +16,8 @@ namespace {
 // Listed explicitly (not self-registered) so `zoo list` keeps this order: GPT-2 first.
 const std::vector<zoo::ZooEntry>& entries() {
   static const std::vector<zoo::ZooEntry> kEntries = {
-      zoo::gpt2Entry(),
+      zoo::gpt2Entry(), zoo::bertEntry(), zoo::optEntry(),  zoo::opt350mEntry(), zoo::phiEntry(),
+      zoo::llamaEntry(), zoo::vitEntry(), zoo::swinEntry(), zoo::convnextEntry(),
   };
   return kEntries;
 }
