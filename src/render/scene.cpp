@@ -205,7 +205,10 @@ class SceneBuilder {
       view_ = view_.induced(meanZeroGraphOf(a_.layerNorms[index]));
       marks_.assign(view_.nodes().size(), Marks{});
       markVerdict(a_.layerNorms[index], /*ownLeaves=*/true);
-      viewName = "mean-zero graph of " + o_.layerNorm;
+      const auto& verdict = a_.layerNorms[index];
+      viewName = "mean-zero graph of " + o_.layerNorm + ": " +
+                 (verdict.foldable ? std::string("foldable")
+                                   : std::string("NOT foldable (") + toString(verdict.reason) + ")");
     } else {
       for (const auto& v : a_.layerNorms) markVerdict(v, false);
       for (auto l : a_.centeredLeaves) markLeaf(a_.leaves.at(l), "centered by the fold");
@@ -214,29 +217,35 @@ class SceneBuilder {
     if (o_.collapseDepth > 0) scene = collapse(std::move(scene));
     assignClusters(scene);
     scene.legend = o_.legend;
-    std::size_t foldable = a_.foldableCount();
-    scene.title = (modelName.empty() ? std::string() : modelName + ": ") + viewName + ", " +
-                  std::to_string(foldable) + "/" + std::to_string(a_.layerNorms.size()) + " LNs foldable";
+    scene.title = (modelName.empty() ? std::string() : modelName + ": ") + viewName;
+    if (o_.view != ViewKind::LayerNorm)
+      scene.title += ", " + std::to_string(a_.foldableCount()) + "/" + std::to_string(a_.layerNorms.size()) +
+                     " LNs foldable";
     return scene;
   }
 
  private:
   // ---- verdicts onto view nodes ----
 
-  /// View nodes showing graph node `n` along a path; the graph's input and return nodes map to
-  /// the model input/output nodes adjacent to the previous path node.
+  /// View nodes showing the nodes of a path, in order. A hidden node on the path (the graph's
+  /// input or return node, a tuple/list bundle) maps to the neighbour of the previous view node
+  /// whose edge runs through it: so a shift that reaches the return through a TupleConstruct
+  /// ends at the model output node, not at the op that produced the value.
   void pathToView(const std::vector<NodeId>& path, std::vector<ViewIndex>& out) const {
     for (auto n : path) {
       ViewIndex v = view_.indexOf(n);
-      if (v == kNone && !out.empty() && (n == g_.returnNode() || n == g_.graphInputNode())) {
-        bool isReturn = n == g_.returnNode();
-        auto edges = isReturn ? view_.outEdges(out.back()) : view_.inEdges(out.back());
-        for (auto e : edges) {
-          const auto& edge = view_.edge(e);
-          ViewIndex other = isReturn ? edge.to : edge.from;
+      if (v == kNone && !out.empty()) {
+        auto passes = [&](const ViewEdge& e, ViewIndex other, bool forward) {
           auto kind = view_.node(other).kind;
-          if (kind == (isReturn ? ViewNode::Kind::ModelOutput : ViewNode::Kind::ModelInput)) { v = other; break; }
-        }
+          if (forward && n == g_.returnNode()) return kind == ViewNode::Kind::ModelOutput;
+          if (!forward && n == g_.graphInputNode()) return kind == ViewNode::Kind::ModelInput;
+          return std::find(e.through.begin(), e.through.end(), n) != e.through.end();
+        };
+        for (auto e : view_.outEdges(out.back()))
+          if (passes(view_.edge(e), view_.edge(e).to, true)) { v = view_.edge(e).to; break; }
+        if (v == kNone)
+          for (auto e : view_.inEdges(out.back()))
+            if (passes(view_.edge(e), view_.edge(e).from, false)) { v = view_.edge(e).from; break; }
       }
       if (v != kNone && (out.empty() || out.back() != v)) out.push_back(v);
     }
@@ -255,10 +264,13 @@ class SceneBuilder {
   }
 
   /// The last view node of a path (where the path's end node is shown).
+  /// kNone when the path's last node has no view node of its own.
   ViewIndex pathEnd(const std::vector<NodeId>& path) const {
-    std::vector<ViewIndex> nodes;
-    pathToView(path, nodes);
-    return nodes.empty() ? kNone : nodes.back();
+    if (path.empty()) return kNone;
+    std::vector<ViewIndex> all, head;
+    pathToView(path, all);
+    pathToView(std::vector<NodeId>(path.begin(), path.end() - 1), head);
+    return all.size() > head.size() ? all.back() : kNone;
   }
 
   void markLeaf(const Leaf& leaf, const std::string& why) {
@@ -298,7 +310,11 @@ class SceneBuilder {
           marks_[c].unsafeConsumer = true;
           marks_[c].notes.push_back("sees the centering shift that blocks the LN at " + verdict.info.modulePath);
         }
-        if (verdict.unsafeLeaf != kNone) markLeaf(a_.leaves.at(verdict.unsafeLeaf), "unsafe to center");
+        // The unsafe leaf starts the (marked) path; it is a "leaf to center" only in the ln: view.
+        if (verdict.unsafeLeaf != kNone && !ownLeaves)
+          if (ViewIndex l = view_.indexOf(a_.leaves.at(verdict.unsafeLeaf).node); l != kNone)
+            marks_[l].notes.push_back("leaf that may not be centered: its shift reaches " +
+                                      g_.describeNode(verdict.consumer));
         break;
       }
       case VerdictReason::SharedParameter:
@@ -519,8 +535,9 @@ class SceneBuilder {
   // ---- clusters and final labels ----
 
   void assignClusters(Scene& s) {
+    // Module paths of the whole graph, so a block is a cluster in every view of the model.
     std::set<std::string> paths;
-    for (const auto& n : s.nodes)
+    for (const auto& n : g_.nodes())
       if (!n.modulePath.empty()) paths.insert(n.modulePath);
     auto hasDeeper = [&](const std::string& prefix) {
       auto it = paths.upper_bound(prefix);
