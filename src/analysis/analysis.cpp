@@ -49,6 +49,20 @@ std::string describePath(const Graph& graph, const std::vector<NodeId>& path, co
   return s;
 }
 
+std::vector<std::pair<ValueId, NodeId>> leafParameterUses(const Graph& g, const Leaf& leaf) {
+  std::vector<std::pair<ValueId, NodeId>> uses;
+  if (leaf.kind == LeafKind::Parameter) {
+    for (const auto& u : g.value(leaf.output).uses) uses.emplace_back(leaf.output, u.node);
+    return uses;
+  }
+  std::vector<NodeId> nodes = leaf.chain;
+  nodes.push_back(leaf.node);
+  for (auto n : nodes)
+    for (auto in : g.node(n).inputs)
+      if (g.value(in).param != kNone) uses.emplace_back(in, n);
+  return uses;
+}
+
 namespace {
 
 /// Phase 3, one leaf: follow the shift forward. Constant axes meet (intersect) over paths.
@@ -203,21 +217,7 @@ AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options
     if (auto t = g.parameter(p).tiedGroup; t >= 0) group = g.tiedGroups().at(t);
     return group;
   };
-  // A read "belongs" to a leaf when it is the leaf's parameter value (parameter leaves) or
-  // the weight/bias read that enters the leaf's chain or node.
-  auto readsOfLeaf = [&](const Leaf& leaf) {
-    std::vector<std::pair<ValueId, NodeId>> uses;  // (read value, consuming node)
-    if (leaf.kind == LeafKind::Parameter) {
-      for (const auto& u : g.value(leaf.output).uses) uses.emplace_back(leaf.output, u.node);
-      return uses;
-    }
-    std::vector<NodeId> nodes = leaf.chain;
-    nodes.push_back(leaf.node);
-    for (auto n : nodes)
-      for (auto in : g.node(n).inputs)
-        if (g.value(in).param != kNone) uses.emplace_back(in, n);
-    return uses;
-  };
+  auto readsOfLeaf = [&](const Leaf& leaf) { return leafParameterUses(g, leaf); };
 
   bool changed = true;
   while (changed) {

@@ -294,7 +294,8 @@ void meanSubtractionMz(MeanZeroContext& ctx) {
   const auto& mean = g.node(g.value(ctx.node().inputs[1]).producer);
   auto rank = rankOf(g, ctx.node().inputs[0]);
   AxisSet axes;
-  for (auto d : *g.constantIntList(mean.inputs[1])) axes.insert(d < 0 ? d + rank : d);
+  auto dims = g.constantIntList(mean.inputs[1]);
+  for (auto d : *dims) axes.insert(d < 0 ? d + rank : d);
   Leaf leaf;
   leaf.kind = LeafKind::MeanSubtraction;
   leaf.output = ctx.node().outputs[0];

@@ -87,6 +87,11 @@ struct AnalysisResult {
 
 AnalysisResult analyzeFoldability(const Graph& graph, const AnalysisOptions& options = {});
 
+/// The (parameter read, consuming node) pairs that belong to a leaf: a parameter leaf's read
+/// and all its uses; a weight leaf's weight/bias reads entering its chain or node. Every other
+/// use of a centered parameter's storage forces an untie.
+std::vector<std::pair<ValueId, NodeId>> leafParameterUses(const Graph& graph, const Leaf& leaf);
+
 /// Nodes of the path, rendered "aten::add @ h.0 <- aten::addmm @ h.0.attn.c_proj ...".
 std::string describePath(const Graph& graph, const std::vector<NodeId>& path, const char* arrow);
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct InputSpec {
     return shape == o.shape && dtype == o.dtype && low == o.low && high == o.high;
   }
 };
+
+inline std::ostream& operator<<(std::ostream& os, const InputSpec& s) { return os << s.toString(); }
 
 /// Throws foldnorm::Error naming the bad part and the expected form.
 InputSpec parseInputSpec(const std::string& text);

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# README command 1: set up (idempotent), build, then the main job on the built-in GPT-2:
+# inspect, analyze, fold + verify, and time original vs folded.
+# Usage: scripts/demo.sh [preset]   (tiny by default; small = GPT-2 small, 124M parameters)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+preset=${1:-tiny}
+"$here/scripts/setup.sh"
+bin=${FOLDNORM_BUILD:-$here/build}/bin/foldnorm
+out=$here/out
+mkdir -p "$out"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+step "foldnorm zoo gpt2 --preset $preset -o out/gpt2.pt"
+"$bin" zoo gpt2 --preset "$preset" -o "$out/gpt2.pt"
+step "foldnorm inspect out/gpt2.pt"
+"$bin" inspect "$out/gpt2.pt"
+step "foldnorm analyze out/gpt2.pt"
+"$bin" analyze "$out/gpt2.pt"
+step "foldnorm fold out/gpt2.pt -o out/gpt2-folded.pt"
+"$bin" fold "$out/gpt2.pt" -o "$out/gpt2-folded.pt"
+if "$bin" bench --help >/dev/null 2>&1; then
+  step "foldnorm bench out/gpt2.pt (CPU)"
+  "$bin" bench "$out/gpt2.pt" --seq 64,128 --reps 5
+fi

@@ -1,0 +1,78 @@
+// foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
+//               [--device cpu|cuda] [--no-verify] [--random N] [--json]
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "foldnorm/common/error.h"
+#include "foldnorm/fold/fold.h"
+
+namespace foldnorm::cli {
+namespace {
+
+struct FoldCliOptions {
+  std::string model, out, device = "cpu";
+  std::vector<std::string> inputs, only;
+  bool noUntie = false, noVerify = false, json = false;
+  int random = 3;
+};
+
+void setup(CLI::App& app, int& exitCode) {
+  auto o = std::make_shared<FoldCliOptions>();
+  auto* cmd = app.add_subcommand("fold", "Center the planned leaves, replace foldable LayerNorms by "
+                                         "foldnorm::rms_norm, verify (float32 and float64) and save");
+  cmd->add_option("model", o->model, "TorchScript file (.pt) from torch.jit.trace")->required();
+  cmd->add_option("-o,--output", o->out, "Where to write the folded model (never the input)")->required();
+  addInputOption(*cmd, o->inputs);
+  cmd->add_flag("--no-untie", o->noUntie, "Never copy a tied/shared parameter (LNs needing one stay LayerNorm)");
+  cmd->add_option("--only", o->only, "Fold only these LayerNorms (module paths)")->take_all();
+  cmd->add_option("--device", o->device, "Where verification runs")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--no-verify", o->noVerify, "Skip verification (for huge models only)");
+  cmd->add_option("--random", o->random, "Random input sets drawn from the spec, besides the example")
+      ->check(CLI::Range(0, 100));
+  cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
+  cmd->callback([o, &exitCode] {
+    checkOutputPath(o->model, o->out);
+    auto progress = [](const std::string& m) { std::cerr << "[foldnorm] " << m << "\n"; };
+    ImportOptions io;
+    for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
+    io.progress = progress;
+    auto model = importTorchScript(o->model, io);
+    AnalysisOptions ao;
+    ao.allowUntie = !o->noUntie;
+    ao.only = o->only;
+    for (const auto& path : o->only) {
+      auto lns = findLayerNorms(model.graph);
+      if (std::none_of(lns.begin(), lns.end(), [&](const auto& ln) { return ln.modulePath == path; }))
+        throw Error("--only " + path + ": no LayerNorm with that module path (see foldnorm analyze)");
+    }
+    auto analysis = analyzeFoldability(model.graph, ao);
+    FoldOptions fo;
+    fo.verify = !o->noVerify;
+    fo.randomInputs = o->random;
+    fo.device = o->device;
+    fo.progress = progress;
+    auto folded = foldModel(model, analysis, fo);
+    const auto& v = folded.report.verification;
+    if (o->json) std::cout << toJson(folded.report).dump(2) << "\n";
+    else std::cout << toText(folded.report);
+    if (v.ran && !v.float64Equivalent) {
+      for (const auto& c : v.checks)
+        if (c.dtype == "float64" && !(c.maxRel <= fo.float64Tolerance))
+          std::cerr << fmt::format("foldnorm: error: output {} ({}) diverged in float64: relative error {:.3e} > {:.0e}; "
+                                   "not writing {}\n", c.output, c.shape, c.maxRel, fo.float64Tolerance, o->out);
+      exitCode = 3;
+      return;
+    }
+    saveFolded(folded, model, o->out);
+    std::cerr << "[foldnorm] wrote " << o->out << "\n";
+    exitCode = 0;
+  });
+}
+
+FOLDNORM_REGISTER_COMMAND("fold", setup);
+
+}  // namespace
+}  // namespace foldnorm::cli

@@ -1,0 +1,489 @@
+// The fold rewrite and its verification (see include/foldnorm/fold/fold.h).
+#include "foldnorm/fold/fold.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/serialization/import.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "foldnorm/common/error.h"
+#include "foldnorm/ops/rms_norm.h"
+#include "foldnorm/torch/torch_model.h"
+
+namespace foldnorm {
+namespace {
+
+namespace jit = torch::jit;
+
+// ---- fresh, independent copies of a module (own types and tensors) ----
+
+std::string serialize(const jit::Module& m) {
+  std::ostringstream os;
+  m.save(os);
+  return os.str();
+}
+
+jit::Module deserialize(const std::string& bytes) {
+  std::istringstream is(bytes);
+  return jit::load(is, c10::Device(c10::kCPU));
+}
+
+/// The module's own forward graph, inlined in place (it is what gets saved).
+std::shared_ptr<jit::Graph> inlineForwardInPlace(jit::Module& m) {
+  auto graph = jit::toGraphFunction(m.get_method("forward").function()).graph();
+  jit::Inline(*graph);
+  return graph;
+}
+
+/// Node and value tables of `graph` in the order the importer walked them, checked against the
+/// imported model's tables (same code, same inlining => same order).
+struct GraphTables {
+  std::vector<jit::Node*> nodes;    // by Node::origin
+  std::vector<jit::Value*> values;  // by ValueId
+};
+
+GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel& reference) {
+  GraphTables t;
+  t.nodes.push_back(graph->param_node());
+  for (auto* v : graph->inputs()) t.values.push_back(v);
+  for (auto* n : graph->nodes()) {
+    t.nodes.push_back(n);
+    for (auto* v : n->outputs()) t.values.push_back(v);
+  }
+  t.nodes.push_back(graph->return_node());
+  if (t.nodes.size() != reference.nodes.size() || t.values.size() != reference.values.size())
+    throw std::logic_error("fold: the copy's graph does not match the analysed graph");
+  for (std::size_t i = 0; i < t.nodes.size(); ++i)
+    if (t.nodes[i]->kind() != reference.nodes[i]->kind())
+      throw std::logic_error("fold: node " + std::to_string(i) + " differs between copies");
+  return t;
+}
+
+/// Owner module and attribute name of a dotted attribute path.
+std::pair<jit::Module, std::string> ownerOf(jit::Module root, const std::string& path) {
+  jit::Module cur = root;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = path.find('.', start);
+    if (dot == std::string::npos) return {cur, path.substr(start)};
+    cur = cur.attr(path.substr(start, dot - start)).toModule();
+    start = dot + 1;
+  }
+}
+
+at::Tensor centered(const at::Tensor& t, const std::vector<CenterAction>& actions) {
+  at::NoGradGuard noGrad;
+  auto x = t.detach().to(at::kDouble);
+  for (const auto& a : actions) {
+    auto n = x.size(a.axis);
+    if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
+    auto moved = x.movedim(a.axis, -1).contiguous();
+    auto grouped = moved.reshape({-1, a.groups, n / a.groups});
+    grouped = grouped - grouped.mean(-1, /*keepdim=*/true);
+    x = grouped.reshape(moved.sizes()).movedim(-1, a.axis);
+  }
+  return x.to(t.scalar_type()).contiguous();
+}
+
+std::string sanitized(const std::string& path) {
+  std::string s = "foldnorm_centered_";
+  for (char c : path) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return s;
+}
+
+/// The rewrite on a fresh module `m` (forward inlined in place): centering, untie, LN -> RMS.
+void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
+               const AnalysisResult& analysis, FoldReport* report) {
+  const Graph& g = model.graph;
+  auto tables = tablesFor(graph, *model.torch);
+  at::NoGradGuard noGrad;
+
+  for (const auto& plan : analysis.plan) {
+    const auto& param = g.parameter(plan.param);
+    std::set<std::pair<ValueId, NodeId>> covered;
+    for (auto l : plan.leaves)
+      for (const auto& u : leafParameterUses(g, analysis.leaves[l])) covered.insert(u);
+    // Which reads of *this* parameter are used outside the centered leaves?
+    bool ownReadsOnlyCovered = true;
+    for (auto read : param.reads)
+      for (const auto& use : g.value(read).uses)
+        if (!covered.count({read, use.node})) ownReadsOnlyCovered = false;
+
+    if (param.isConstant) {
+      auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
+      auto value = centered(constant->t(c10::attr::value), plan.actions);
+      if (!plan.untie || ownReadsOnlyCovered) {
+        constant->t_(c10::attr::value, value);
+      } else {
+        auto* copy = graph->create(c10::prim::Constant);
+        copy->t_(c10::attr::value, value);
+        copy->output()->inferTypeFrom(value);
+        copy->insertBefore(constant);
+        for (const auto& [read, node] : covered)
+          tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), copy->output());
+      }
+    } else {
+      auto [owner, name] = ownerOf(m, param.path);
+      auto original = owner.attr(name).toTensor();
+      auto value = centered(original, plan.actions);
+      value.set_requires_grad(original.requires_grad());
+      if (!plan.untie) {
+        original.detach().copy_(value);  // in place: names sharing this storage are all centered
+      } else if (ownReadsOnlyCovered) {
+        owner.setattr(name, value);      // this name gets the copy; the other names keep the original
+      } else {
+        // The same attribute is read by the leaves and by something else: the leaves read a new
+        // attribute on the root module (whose type is this model's alone).
+        auto fresh = sanitized(param.path);
+        while (m.hasattr(fresh)) fresh += "_";
+        if (param.isBuffer) m.register_buffer(fresh, value);
+        else m.register_parameter(fresh, value, false);
+        auto* self = graph->inputs().at(0);
+        auto* get = graph->createGetAttr(self, fresh);
+        get->output()->setType(c10::TensorType::get());
+        get->insertAfter(graph->param_node());
+        for (const auto& [read, node] : covered)
+          tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), get->output());
+      }
+    }
+    if (report) {
+      report->centered.push_back(param.path);
+      if (plan.untie) {
+        report->untied.push_back(param.path);
+        report->untieBytes += plan.untieBytes;
+      }
+    }
+  }
+
+  const auto rmsKind = c10::Symbol::fromQualString(ops::kRmsNormOp);
+  for (const auto& verdict : analysis.layerNorms) {
+    if (!verdict.foldable) {
+      if (report) {
+        report->kept.push_back(verdict.info.modulePath);
+        report->keptReasons.push_back(verdict.explanation);
+      }
+      continue;
+    }
+    auto* ln = tables.nodes.at(g.node(verdict.info.node).origin);
+    auto* rms = graph->create(rmsKind, {ln->input(0), ln->input(1), ln->input(2), ln->input(3), ln->input(4)}, 1);
+    rms->insertBefore(ln);
+    rms->setSourceRange(ln->sourceRange());
+    rms->output()->setType(ln->output()->type());
+    ln->output()->replaceAllUsesWith(rms->output());
+    ln->destroy();
+    if (report) report->folded.push_back(verdict.info.modulePath);
+  }
+  jit::EliminateDeadCode(graph);
+}
+
+// ---- float64 copies ----
+
+/// Converts every floating tensor attribute to float64, keeping tensors that shared storage
+/// shared (so tied weights stay tied in the copy).
+void convertAttributesToDouble(jit::Module m, std::map<const void*, at::Tensor>& memo) {
+  auto type = m.type();
+  for (std::size_t i = 0; i < type->numAttributes(); ++i) {
+    auto v = m._ivalue()->getSlot(i);
+    if (v.isTensor()) {
+      auto t = v.toTensor();
+      if (!t.is_floating_point() || t.scalar_type() == at::kDouble) continue;
+      const void* key = t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
+                                        : static_cast<const void*>(t.unsafeGetTensorImpl());
+      auto it = memo.find(key);
+      at::Tensor d;
+      if (it != memo.end() && it->second.sizes() == t.sizes()) d = it->second;
+      else {
+        d = t.detach().to(at::kDouble);
+        d.set_requires_grad(t.requires_grad());
+        memo[key] = d;
+      }
+      m._ivalue()->setSlot(i, d);
+    } else if (v.isObject() && v.toObject()->type()->is_module()) {
+      convertAttributesToDouble(jit::Module(v.toObject()), memo);
+    }
+  }
+}
+
+bool isReducedFloatCode(int64_t code) {
+  return code == static_cast<int64_t>(at::kFloat) || code == static_cast<int64_t>(at::kHalf) ||
+         code == static_cast<int64_t>(at::kBFloat16);
+}
+
+/// Traces bake float32 dtypes (aten::to(x, 6)) and float32 tensor constants into the graph.
+void patchGraphToDouble(const std::shared_ptr<jit::Graph>& graph) {
+  std::vector<jit::Node*> constants;
+  for (auto* n : graph->nodes())
+    if (n->kind() == c10::prim::Constant) constants.push_back(n);
+  for (auto* n : constants) {
+    auto* out = n->output();
+    if (out->type()->kind() == c10::TypeKind::TensorType) {
+      auto t = n->t(c10::attr::value);
+      if (t.is_floating_point() && t.scalar_type() != at::kDouble) {
+        n->t_(c10::attr::value, t.to(at::kDouble));
+        out->inferTypeFrom(n->t(c10::attr::value));
+      }
+      continue;
+    }
+    if (out->type()->kind() != c10::TypeKind::IntType) continue;
+    auto code = n->i(c10::attr::value);
+    if (!isReducedFloatCode(code)) continue;
+    for (auto use : out->uses()) {
+      const auto* schema = use.user->maybeSchema();
+      if (!schema || use.offset >= schema->arguments().size()) continue;
+      const auto& arg = schema->arguments()[use.offset];
+      auto real = arg.real_type();
+      if (auto opt = real->cast<c10::OptionalType>()) real = opt->getElementType();
+      if (arg.name() != "dtype" && real->kind() != c10::TypeKind::ScalarTypeType) continue;
+      jit::WithInsertPoint guard(use.user);
+      auto* replacement = graph->insertConstant(static_cast<int64_t>(at::kDouble));
+      use.user->replaceInput(use.offset, replacement);
+    }
+  }
+}
+
+std::vector<at::Tensor> toDoubleInputs(const std::vector<at::Tensor>& in) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : in) out.push_back(t.is_floating_point() ? t.to(at::kDouble) : t);
+  return out;
+}
+
+std::vector<at::Tensor> toDevice(const std::vector<at::Tensor>& in, const c10::Device& d) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : in) out.push_back(t.to(d));
+  return out;
+}
+
+void compare(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
+             const std::string& dtype, std::vector<OutputCheck>& checks) {
+  if (original.size() != folded.size())
+    throw std::logic_error("fold: the folded model returns a different number of outputs");
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    auto a = original[i].detach().to(at::kCPU), b = folded[i].detach().to(at::kCPU);
+    auto it = std::find_if(checks.begin(), checks.end(),
+                           [&](const auto& c) { return c.dtype == dtype && c.output == i; });
+    if (it == checks.end()) {
+      OutputCheck c;
+      c.dtype = dtype;
+      c.output = i;
+      c.shape = formatShape(a.sizes().vec()) + " " + dtypeName(a.scalar_type());
+      checks.push_back(c);
+      it = checks.end() - 1;
+    }
+    if (!a.is_floating_point()) {
+      if (!a.equal(b)) it->maxRel = it->maxAbs = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
+    double maxAbs = (ad - bd).abs().max().item<double>();
+    double scale = ad.abs().max().item<double>();
+    double rel = maxAbs / std::max(scale, std::numeric_limits<double>::min());
+    if (!std::isfinite(maxAbs)) rel = maxAbs = std::numeric_limits<double>::infinity();
+    it->maxAbs = std::max(it->maxAbs, maxAbs);
+    it->maxRel = std::max(it->maxRel, rel);
+    if (a.dim() >= 1 && a.size(-1) > 1 && a.numel() > 0) {
+      it->hasPredictions = true;
+      double agree = (a.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
+      it->argmaxAgreement = std::min(it->argmaxAgreement, agree);
+    }
+  }
+}
+
+Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
+                    const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
+                    const FoldOptions& options) {
+  Verification v;
+  v.ran = true;
+  v.device = options.device;
+  c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw Error("--device cuda: no CUDA device is available here");
+  auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
+  const auto& tm = *model.torch;
+
+  std::vector<std::vector<at::Tensor>> inputSets{tm.exampleInputs};
+  for (int i = 1; i <= options.randomInputs; ++i)
+    inputSets.push_back(makeInputs(model.inputSpecs, options.seed + 1000 + i));
+  v.runs = static_cast<int>(inputSets.size());
+
+  // float32 (the model's own dtype): original vs folded.
+  jit::Module original32 = tm.module;
+  jit::Module folded32 = folded;
+  if (device.is_cuda()) {
+    original32 = deserialize(serialize(tm.module));
+    original32.to(device);
+    folded32 = deserialize(serialize(folded));
+    folded32.to(device);
+  }
+  auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
+  for (std::size_t r = 0; r < inputSets.size(); ++r) {
+    progress(fmt::format("verifying in the model's dtype: input set {}/{}", r + 1, inputSets.size()));
+    auto in = toDevice(inputSets[r], device);
+    compare(runGraph(original32, tm.graph, in), runGraph(folded32, folded32Graph, in), "float32", v.checks);
+  }
+
+  // float64: the plan applied to a float64 copy of the original.
+  progress("verifying in float64 (copies of both models)");
+  auto bytes = serialize(tm.module);
+  auto original64 = deserialize(bytes);
+  auto graph64 = inlineForwardInPlace(original64);
+  auto folded64 = deserialize(bytes);
+  auto foldedGraph64 = inlineForwardInPlace(folded64);
+  {
+    std::map<const void*, at::Tensor> memoA, memoB;
+    convertAttributesToDouble(original64, memoA);
+    convertAttributesToDouble(folded64, memoB);
+  }
+  patchGraphToDouble(graph64);
+  patchGraphToDouble(foldedGraph64);
+  applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
+  if (device.is_cuda()) {
+    original64.to(device);
+    folded64.to(device);
+  }
+  for (std::size_t r = 0; r < inputSets.size(); ++r) {
+    progress(fmt::format("verifying in float64: input set {}/{}", r + 1, inputSets.size()));
+    auto in = toDevice(toDoubleInputs(inputSets[r]), device);
+    compare(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
+  }
+  for (const auto& c : v.checks) {
+    if (c.dtype == "float64") {
+      v.worstRelative64 = std::max(v.worstRelative64, c.maxRel);
+      if (!(c.maxRel <= options.float64Tolerance)) v.float64Equivalent = false;
+    } else {
+      v.worstRelative32 = std::max(v.worstRelative32, c.maxRel);
+      if (c.hasPredictions && c.argmaxAgreement < 1) v.predictionsUnchanged = false;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
+  auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
+  progress("copying the model");
+  auto m = deserialize(serialize(model.torch->module));
+  auto graph = inlineForwardInPlace(m);
+  FoldedModel result;
+  result.report.input = model.path;
+  progress(fmt::format("centering {} parameter(s), replacing {} LayerNorm(s)", analysis.plan.size(),
+                       analysis.foldableCount()));
+  applyPlan(m, graph, model, analysis, &result.report);
+  auto tm = std::make_shared<TorchModel>();
+  tm->module = m;
+  tm->graph = graph;
+  tm->exampleInputs = model.torch->exampleInputs;
+  result.torch = tm;
+  if (options.verify) result.report.verification = verify(model, analysis, m, graph, options);
+  return result;
+}
+
+void checkOutputPath(const std::string& inputPath, const std::string& outPath) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (outPath.empty()) throw Error("no output path (-o OUT.pt)");
+  if (fs::exists(outPath, ec) && fs::exists(inputPath, ec) && fs::equivalent(inputPath, outPath, ec))
+    throw Error("refusing to overwrite the input model '" + inputPath + "': choose another -o");
+  if (fs::weakly_canonical(inputPath, ec) == fs::weakly_canonical(outPath, ec))
+    throw Error("refusing to overwrite the input model '" + inputPath + "': choose another -o");
+  auto dir = fs::path(outPath).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) throw Error("output directory '" + dir.string() + "' does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw Error("output directory '" + dir.string() + "' is not writable");
+  if (fs::is_directory(outPath, ec)) throw Error("output path '" + outPath + "' is a directory");
+}
+
+void saveFolded(const FoldedModel& folded, const ImportedModel& original, const std::string& outPath) {
+  namespace fs = std::filesystem;
+  checkOutputPath(original.path, outPath);
+  jit::ExtraFilesMap extra;
+  extra[kInputSpecExtraFile] = inputSpecsToJson(original.inputSpecs);
+  extra[kFoldReportExtraFile] = toJson(folded.report).dump(2);
+  auto tmp = outPath + ".tmp-" + std::to_string(::getpid());
+  try {
+    folded.torch->module.save(tmp, extra);
+  } catch (const c10::Error& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw Error("cannot write '" + outPath + "': " + e.what_without_backtrace());
+  }
+  std::error_code ec;
+  fs::rename(tmp, outPath, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw Error("cannot move the output into place at '" + outPath + "': " + ec.message());
+  }
+}
+
+nlohmann::json toJson(const FoldReport& r) {
+  nlohmann::json j;
+  j["schema"] = "foldnorm-fold/1";
+  j["input"] = r.input;
+  j["folded"] = r.folded;
+  auto kept = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.kept.size(); ++i) kept.push_back({{"module", r.kept[i]}, {"reason", r.keptReasons[i]}});
+  j["kept"] = kept;
+  j["centered"] = r.centered;
+  j["untied"] = r.untied;
+  j["untie_bytes"] = r.untieBytes;
+  const auto& v = r.verification;
+  nlohmann::json vj{{"ran", v.ran}};
+  if (v.ran) {
+    vj["device"] = v.device;
+    vj["input_sets"] = v.runs;
+    vj["float64_equivalent"] = v.float64Equivalent;
+    vj["predictions_unchanged"] = v.predictionsUnchanged;
+    vj["worst_relative_float64"] = v.worstRelative64;
+    vj["worst_relative_float32"] = v.worstRelative32;
+    auto checks = nlohmann::json::array();
+    for (const auto& c : v.checks) {
+      nlohmann::json cj{{"dtype", c.dtype}, {"output", c.output}, {"shape", c.shape},
+                        {"max_abs", c.maxAbs}, {"max_rel", c.maxRel}};
+      if (c.hasPredictions) cj["argmax_agreement"] = c.argmaxAgreement;
+      checks.push_back(cj);
+    }
+    vj["checks"] = checks;
+  }
+  j["verification"] = vj;
+  return j;
+}
+
+std::string toText(const FoldReport& r) {
+  std::string out;
+  if (r.folded.empty()) {
+    out += "nothing was folded: no LayerNorm is foldable (the output computes the input model's function)\n";
+  } else {
+    out += fmt::format("folded {} LayerNorm(s) into foldnorm::rms_norm; centered {} parameter(s)", r.folded.size(),
+                       r.centered.size());
+    if (!r.untied.empty())
+      out += fmt::format("; untied {} ({:.1f} KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
+    out += "\n";
+  }
+  for (std::size_t i = 0; i < r.kept.size(); ++i)
+    out += fmt::format("  kept LayerNorm {}: {}\n", r.kept[i].empty() ? "<top>" : r.kept[i], r.keptReasons[i]);
+  const auto& v = r.verification;
+  if (!v.ran) {
+    out += "verification: skipped (--no-verify)\n";
+    return out;
+  }
+  out += fmt::format("verification on {} ({} input sets):\n", v.device, v.runs);
+  out += fmt::format("  {:<8} {:>6}  {:<24} {:>12} {:>12}  {}\n", "dtype", "output", "shape", "max abs", "max rel",
+                     "argmax unchanged");
+  for (const auto& c : v.checks)
+    out += fmt::format("  {:<8} {:>6}  {:<24} {:>12.3e} {:>12.3e}  {}\n", c.dtype, c.output, c.shape, c.maxAbs,
+                       c.maxRel, c.hasPredictions ? fmt::format("{:.2f}%", 100 * c.argmaxAgreement) : "-");
+  out += v.float64Equivalent
+             ? fmt::format("float64: equivalent (worst relative error {:.2e}: float64 rounding)\n", v.worstRelative64)
+             : fmt::format("float64: NOT equivalent (worst relative error {:.2e}): this is a bug\n", v.worstRelative64);
+  out += fmt::format("float32: worst relative error {:.2e}; predictions {}\n", v.worstRelative32,
+                     v.predictionsUnchanged ? "unchanged" : "CHANGED on some rows");
+  return out;
+}
+
+}  // namespace foldnorm

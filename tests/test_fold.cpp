@@ -1,0 +1,193 @@
+// The fold: rewrite, verification in float32 and float64, untie, refusal, atomic output.
+#include <catch2/catch.hpp>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "foldnorm/common/error.h"
+#include "foldnorm/fold/fold.h"
+#include "foldnorm/torch/torch_model.h"
+#include "helpers.h"
+
+using namespace foldnorm;
+using foldnorm::test::analyzeIr;
+
+namespace {
+
+InputSpec spec(const char* s) { return parseInputSpec(s); }
+
+std::string layerNorm(const std::string& in, const std::string& out, int d) {
+  return "  %" + out + "_shape : int[] = prim::Constant[value=[" + std::to_string(d) + "]]()\n" +
+         "  %" + out + "_eps : float = prim::Constant[value=1.0000000000000001e-05]()\n" +
+         "  %" + out + "_cudnn : bool = prim::Constant[value=0]()\n" +
+         "  %" + out + " : Tensor = aten::layer_norm(%" + in + ", %" + out + "_shape, %ln_w, %ln_b, %" +
+         out + "_eps, %" + out + "_cudnn)\n";
+}
+
+/// A small pre-LN transformer-like stream: embedding + position table, two residual blocks of
+/// linear-gelu-linear, final LN, tied head (x @ emb^T).
+IrModel preLnModel(bool returnHidden) {
+  std::string ir =
+      "graph(%ids : Tensor, %emb : Tensor, %pos : Tensor, %b0__fc__weight : Tensor, %b0__fc__bias : Tensor,"
+      " %b0__proj__weight : Tensor, %b0__proj__bias : Tensor, %b1__fc__weight : Tensor, %b1__fc__bias : Tensor,"
+      " %b1__proj__weight : Tensor, %b1__proj__bias : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n"
+      "  %pad : int = prim::Constant[value=-1]()\n"
+      "  %f : bool = prim::Constant[value=0]()\n"
+      "  %one : int = prim::Constant[value=1]()\n"
+      "  %app : str = prim::Constant[value=\"tanh\"]()\n"
+      "  %e : Tensor = aten::embedding(%emb, %ids, %pad, %f, %f)\n"
+      "  %h0 : Tensor = aten::add(%e, %pos, %one)\n";
+  for (int b = 0; b < 2; ++b) {
+    auto B = "b" + std::to_string(b);
+    auto in = "h" + std::to_string(b), out = "h" + std::to_string(b + 1);
+    ir += layerNorm(in, B + "_ln", 8) +
+          "  %" + B + "_u : Tensor = aten::linear(%" + B + "_ln, %" + B + "__fc__weight, %" + B + "__fc__bias)\n" +
+          "  %" + B + "_g : Tensor = aten::gelu(%" + B + "_u, %app)\n" +
+          "  %" + B + "_v : Tensor = aten::linear(%" + B + "_g, %" + B + "__proj__weight, %" + B + "__proj__bias)\n" +
+          "  %" + out + " : Tensor = aten::add(%" + in + ", %" + B + "_v, %one)\n";
+  }
+  ir += layerNorm("h2", "final", 8) +
+        "  %wt : Tensor = aten::t(%emb)\n"
+        "  %logits : Tensor = aten::matmul(%final, %wt)\n";
+  ir += returnHidden ? "  %out : (Tensor, Tensor) = prim::TupleConstruct(%logits, %h2)\n  return (%out)\n"
+                     : "  return (%logits)\n";
+  std::vector<std::pair<std::string, InputSpec>> params{{"emb", spec("20x8")}, {"pos", spec("5x8")}};
+  for (int b = 0; b < 2; ++b) {
+    auto B = "b" + std::to_string(b);
+    params.push_back({B + "__fc__weight", spec("16x8")});
+    params.push_back({B + "__fc__bias", spec("16")});
+    params.push_back({B + "__proj__weight", spec("8x16")});
+    params.push_back({B + "__proj__bias", spec("8")});
+  }
+  params.push_back({"ln_w", spec("8[0.5,1.5)")});
+  params.push_back({"ln_b", spec("8")});
+  return {ir, {spec("2x5:int64[0,20)")}, params};
+}
+
+std::string tempDir() {
+  auto dir = std::filesystem::temp_directory_path() / ("foldnorm-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST_CASE("folding a pre-LN stream with a tied head verifies in float64 and float32", "[fold]") {
+  auto a = analyzeIr(preLnModel(false));
+  REQUIRE(a.result.foldableCount() == 3);
+  REQUIRE(a.planFor("emb"));
+  CHECK(a.planFor("emb")->untie);  // the head reads the same attribute: the embedding gets a copy
+
+  FoldOptions o;
+  o.randomInputs = 2;
+  auto folded = foldModel(a.model, a.result, o);
+  const auto& v = folded.report.verification;
+  REQUIRE(v.ran);
+  CHECK(v.runs == 3);
+  CHECK(v.float64Equivalent);
+  CHECK(v.worstRelative64 < 1e-10);
+  CHECK(v.worstRelative32 < 1e-4);
+  CHECK(v.predictionsUnchanged);
+  CHECK(folded.report.folded.size() == 3);
+  CHECK(folded.report.untied == std::vector<std::string>{"emb"});
+
+  SECTION("the folded graph has RMSNorms and no LayerNorm; the original is untouched") {
+    int rms = 0, ln = 0;
+    for (auto* n : folded.torch->graph->nodes()) {
+      rms += n->kind().toQualString() == std::string("foldnorm::rms_norm");
+      ln += n->kind() == c10::aten::layer_norm;
+    }
+    CHECK(rms == 3);
+    CHECK(ln == 0);
+    int originalLn = 0;
+    for (auto* n : a.model.torch->graph->nodes()) originalLn += n->kind() == c10::aten::layer_norm;
+    CHECK(originalLn == 3);
+    // The untied copy is centered per row; the original table (read by the head) is not.
+    auto emb = a.model.torch->module.attr("emb").toTensor();
+    CHECK(emb.mean(1).abs().max().item<double>() > 1e-3);
+  }
+}
+
+TEST_CASE("a model that returns its hidden states is left as it is, and says so", "[fold]") {
+  auto a = analyzeIr(preLnModel(true));
+  CHECK(a.result.foldableCount() == 0);
+  auto folded = foldModel(a.model, a.result);
+  CHECK(folded.report.folded.empty());
+  CHECK(folded.report.kept.size() == 3);
+  CHECK(folded.report.verification.worstRelative32 == 0.0);
+  CHECK(folded.report.verification.worstRelative64 == 0.0);
+  CHECK_THAT(toText(folded.report), Catch::Contains("nothing was folded"));
+}
+
+TEST_CASE("--no-untie keeps a tied model unchanged and explains why", "[fold][tied]") {
+  AnalysisOptions ao;
+  ao.allowUntie = false;
+  auto a = analyzeIr(preLnModel(false), ao);
+  CHECK(a.result.foldableCount() == 0);
+  for (const auto& v : a.result.layerNorms) CHECK(v.reason == VerdictReason::SharedParameter);
+  auto folded = foldModel(a.model, a.result);
+  CHECK(folded.report.centered.empty());
+  CHECK(folded.report.verification.worstRelative64 == 0.0);
+}
+
+TEST_CASE("--only with no matching LayerNorm centers nothing", "[fold]") {
+  AnalysisOptions ao;
+  ao.only = {"no.such.norm"};
+  auto a = analyzeIr(preLnModel(false), ao);
+  for (const auto& v : a.result.layerNorms) CHECK(v.reason == VerdictReason::NotSelected);
+  CHECK(a.result.plan.empty());
+  auto folded = foldModel(a.model, a.result);
+  CHECK(folded.report.folded.empty());
+  CHECK(folded.report.verification.worstRelative64 == 0.0);
+}
+
+TEST_CASE("a saved fold loads in C++ and writes atomically; bad output paths are refused", "[fold][io]") {
+  auto a = analyzeIr(preLnModel(false));
+  auto folded = foldModel(a.model, a.result);
+  auto dir = tempDir();
+  auto out = dir + "/folded.pt";
+  a.model.path = dir + "/input.pt";
+  a.model.torch->module.save(a.model.path);
+
+  SECTION("saved and reloaded it computes the same outputs, with the spec and report embedded") {
+    saveFolded(folded, a.model, out);
+    CHECK_FALSE(std::filesystem::exists(out + ".tmp-" + std::to_string(::getpid())));
+    torch::jit::ExtraFilesMap extra{{kInputSpecExtraFile, ""}, {kFoldReportExtraFile, ""}};
+    auto loaded = torch::jit::load(out, c10::kCPU, extra);
+    CHECK(inputSpecsFromJson(extra[kInputSpecExtraFile]) == a.model.inputSpecs);
+    CHECK_THAT(extra[kFoldReportExtraFile], Catch::Contains("foldnorm-fold/1"));
+    auto inputs = a.model.torch->exampleInputs;
+    std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+    auto reloaded = loaded.forward(args).toTensor();
+    auto expected = runGraph(folded.torch->module, folded.torch->graph, inputs).at(0);
+    CHECK(reloaded.allclose(expected, 0, 0));
+  }
+  SECTION("the input path is refused") {
+    CHECK_THROWS_WITH(checkOutputPath(a.model.path, a.model.path), Catch::Contains("refusing to overwrite"));
+    CHECK_THROWS_WITH(saveFolded(folded, a.model, a.model.path), Catch::Contains("refusing to overwrite"));
+  }
+  SECTION("a missing or unwritable directory is refused before any work") {
+    CHECK_THROWS_WITH(checkOutputPath(a.model.path, dir + "/missing/out.pt"), Catch::Contains("does not exist"));
+    if (::geteuid() != 0) {
+      std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+      CHECK_THROWS_WITH(checkOutputPath(a.model.path, out), Catch::Contains("not writable"));
+      std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    }
+    CHECK_THROWS_WITH(checkOutputPath(a.model.path, dir), Catch::Contains("is a directory"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the float64 check catches a wrong fold", "[fold]") {
+  // Sabotage: fold an LN whose input is NOT mean-zero (a model input). Verification must say so.
+  auto ir = IrModel{"graph(%x : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n" + layerNorm("x", "z", 8) +
+                        "  return (%z)\n",
+                    {spec("4x8")}, {{"ln_w", spec("8")}, {"ln_b", spec("8")}}};
+  auto a = analyzeIr(ir);
+  REQUIRE_FALSE(a.result.layerNorms.at(0).foldable);
+  a.result.layerNorms.at(0).foldable = true;  // what a wrong analysis would claim
+  auto folded = foldModel(a.model, a.result);
+  CHECK_FALSE(folded.report.verification.float64Equivalent);
+  CHECK(folded.report.verification.worstRelative64 > 1e-3);
+}
