@@ -66,7 +66,6 @@ void openModel(App& app, const std::string& path, const std::vector<std::string>
       ui.highlight = {};
       ui.fold = {};
       ui.fold.available = model->analysis.foldableCount() > 0;
-      ui.bench = {};
       ui.scene = {};
       ui.fullScene.reset();
       ui.camera = {};

@@ -61,19 +61,10 @@ struct PathPrompt {  // "save report as", "export image as"
 
 struct FoldState {
   bool available = false;  // the model has something to fold
-  bool running = false;
   std::optional<std::string> summary;       // one line
   std::vector<std::string> details;         // per output check
   bool verified = false;
   bool equivalent = false;
-};
-
-struct BenchState {
-  bool running = false;
-  std::string device = "cpu";
-  struct Row { std::string name; double milliseconds = 0; double spread = 0; };
-  std::vector<Row> rows;  // original, folded
-  std::string note;
 };
 
 struct UiState {
@@ -94,6 +85,7 @@ struct UiState {
   bool showInspector = true;
   bool showMinimap = true;
   bool showMetrics = false;
+  bool showActions = true;
   OpenDialogState open;
   PathPrompt saveReport;
   PathPrompt exportImage;
@@ -112,7 +104,6 @@ struct UiState {
 
   // ---- actions ----
   FoldState fold;
-  BenchState bench;
 
   // ---- measurements ----
   std::deque<float> frameMs;     // whole frame (UI build + GL render), most recent last
@@ -124,7 +115,7 @@ struct UiState {
 /// The context handed to every Draw*(): the state and the workers.
 struct App {
   UiState ui;
-  Worker modelWorker;   // import, analysis, fold, benchmark
+  Worker modelWorker;   // import, analysis, fold
   Worker layoutWorker;  // Graphviz layouts, so a long layout never delays a load
   App(std::function<void()> wake) : modelWorker("model", wake), layoutWorker("layout", wake) {}
 };
@@ -137,7 +128,6 @@ bool selectLayerNormByPath(App& app, const std::string& modulePath);
 void saveReport(App& app, const std::string& path);
 void exportImage(App& app, const std::string& path);
 void startFold(App& app);
-void startBenchmark(App& app);
 void handleShortcuts(App& app);
 std::vector<std::string> splitInputSpecs(const std::string& text);
 
@@ -154,7 +144,7 @@ void DrawMetrics(App& app);
 
 /// Where the fixed windows go this frame (tiles of the main viewport below the menu bar).
 struct WindowLayout {
-  ImVec2 tablePos, tableSize, canvasPos, canvasSize, inspectorPos, inspectorSize, statusPos,
+  ImVec2 tablePos, tableSize, actionsPos, actionsSize, canvasPos, canvasSize, inspectorPos, inspectorSize, statusPos,
       statusSize;
 };
 WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHeight);

@@ -41,10 +41,15 @@ WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHe
   const float statusHeight = ImGui::GetFrameHeightWithSpacing() + 6;
   const float top = menuHeight;
   const float bodyHeight = std::max(100.0f, display.y - top - statusHeight);
-  const float tableWidth = ui.showLnTable ? std::clamp(display.x * 0.30f, 360.0f, 620.0f) : 0;
+  const float tableWidth = ui.showLnTable || ui.showActions ? std::clamp(display.x * 0.30f, 360.0f, 620.0f) : 0;
   const float inspectorWidth = ui.showInspector ? std::clamp(display.x * 0.27f, 340.0f, 560.0f) : 0;
+  // The actions tile takes the lower part of the left column.
+  const float actionsHeight = ui.showActions ? std::clamp(bodyHeight * 0.26f, 140.0f, 300.0f) : 0;
   l.tablePos = {0, top};
-  l.tableSize = {tableWidth, bodyHeight};
+  l.tableSize = {tableWidth, bodyHeight - (ui.showLnTable ? actionsHeight : 0)};
+  l.actionsPos = {0, top + l.tableSize.y};
+  l.actionsSize = {ui.showLnTable ? tableWidth : std::clamp(display.x * 0.30f, 360.0f, 620.0f),
+                   ui.showLnTable ? actionsHeight : bodyHeight};
   l.canvasPos = {tableWidth, top};
   l.canvasSize = {std::max(100.0f, display.x - tableWidth - inspectorWidth), bodyHeight};
   l.inspectorPos = {display.x - inspectorWidth, top};
@@ -77,6 +82,7 @@ void DrawMainMenu(App& app) {
     ImGui::Separator();
     ImGui::MenuItem("LayerNorm table", "Ctrl+1", &ui.showLnTable);
     ImGui::MenuItem("Inspector", "Ctrl+2", &ui.showInspector);
+    ImGui::MenuItem("Fold", "Ctrl+3", &ui.showActions);
     ImGui::MenuItem("Minimap", "M", &ui.showMinimap);
     ImGui::MenuItem("Frame times", nullptr, &ui.showMetrics);
     ImGui::EndMenu();
@@ -84,6 +90,7 @@ void DrawMainMenu(App& app) {
   if (ImGui::BeginMenu("Help")) {
     ImGui::TextUnformatted(
         "Ctrl+O open   Ctrl+S save report   Ctrl+E export view   Ctrl+F search LNs\n"
+        "Ctrl+Shift+F fold and verify\n"
         "Up/Down or J/K: previous/next LN   F fit   C center on selection   M minimap\n"
         "Canvas: drag to pan, wheel to zoom, click a node to inspect it,\n"
         "double-click a module to expand or collapse it.");
@@ -180,12 +187,18 @@ void handleShortcuts(App& app) {
     if (ImGui::IsKeyPressed(GLFW_KEY_E, false) && !ui.scene.empty()) {
       ui.exportImage = {true, true, defaultOutputPath(ui, ".svg")};
     }
-    if (ImGui::IsKeyPressed(GLFW_KEY_F, false)) {
+    if (!io.KeyShift && ImGui::IsKeyPressed(GLFW_KEY_F, false)) {
       ui.showLnTable = true;
       ui.lnSearchFocus = true;
     }
     if (ImGui::IsKeyPressed(GLFW_KEY_1, false)) ui.showLnTable = !ui.showLnTable;
     if (ImGui::IsKeyPressed(GLFW_KEY_2, false)) ui.showInspector = !ui.showInspector;
+    if (ImGui::IsKeyPressed(GLFW_KEY_3, false)) ui.showActions = !ui.showActions;
+    const bool idle = app.modelWorker.idle() && ui.model && ui.model->analysis.foldableCount() > 0;
+    if (io.KeyShift && ImGui::IsKeyPressed(GLFW_KEY_F, false) && idle) {
+      startFold(app);
+      return;
+    }
     if (ImGui::IsKeyPressed(GLFW_KEY_Q, false)) glfwSetWindowShouldClose(glfwGetCurrentContext(), 1);
     return;
   }
@@ -215,6 +228,10 @@ void DrawFrame(App& app) {
   if (ui.showLnTable) {
     place(l.tablePos, l.tableSize);
     DrawLnTable(app);
+  }
+  if (ui.showActions) {
+    place(l.actionsPos, l.actionsSize);
+    DrawActions(app);
   }
   place(l.canvasPos, l.canvasSize);
   DrawCanvas(app);

@@ -1,5 +1,5 @@
 // A background thread for the work a frame must never wait on (importing and analysing a model,
-// laying out a module, folding, benchmarking). Tasks run one at a time in submission order; each
+// laying out a module, folding). Tasks run one at a time in submission order; each
 // returns a completion that the UI thread applies to the app when it drains the queue, so UI
 // state is only ever touched by the UI thread (the Tracy profiler's pattern).
 #pragma once
