@@ -8,6 +8,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/torch/torch_model.h"
+#include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
 
 using namespace foldnorm;
@@ -190,4 +191,39 @@ TEST_CASE("the float64 check catches a wrong fold", "[fold]") {
   auto folded = foldModel(a.model, a.result);
   CHECK_FALSE(folded.report.verification.float64Equivalent);
   CHECK(folded.report.verification.worstRelative64 > 1e-3);
+}
+
+TEST_CASE("the folded built-in GPT-2 runs in Python with the op library: same outputs", "[fold][python][zoo]") {
+  auto dir = tempDir();
+  auto modelPath = dir + "/gpt2.pt", foldedPath = dir + "/gpt2-folded.pt";
+  ZooBuildOptions zo;
+  zo.preset = "tiny";
+  buildZooModel("gpt2", modelPath, zo);
+  auto model = importTorchScript(modelPath);
+  auto analysis = analyzeFoldability(model.graph);
+  CHECK(analysis.foldableCount() == analysis.layerNorms.size());
+  auto folded = foldModel(model, analysis);
+  REQUIRE(folded.report.verification.float64Equivalent);
+  CHECK(folded.report.verification.worstRelative64 < 1e-10);
+  saveFolded(folded, model, foldedPath);
+
+  auto loaded = torch::jit::load(foldedPath);
+  auto inputs = model.torch->exampleInputs;
+  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  auto output = loaded.forward(args).toTensor();
+  torch::jit::Module data(c10::QualifiedName("__torch__.foldnorm_test.FoldData"));
+  for (std::size_t i = 0; i < inputs.size(); ++i) data.register_buffer("input_" + std::to_string(i), inputs[i]);
+  data.register_buffer("output_0", output);
+  data.save(dir + "/data.pt");
+  auto log = dir + "/python.log";
+  std::string command = std::string(FOLDNORM_PYTHON) + " " + FOLDNORM_SOURCE_DIR +
+                        "/tests/python/check_folded_model.py " + FOLDNORM_OPS_LIBRARY + " " + foldedPath + " " +
+                        dir + "/data.pt > " + log + " 2>&1";
+  int rc = std::system(command.c_str());
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(rc == 0);
+  CHECK_THAT(text, Catch::Contains(": ok"));
+  std::filesystem::remove_all(dir);
 }
