@@ -20,6 +20,7 @@ apt_packages=(
   libimgui-dev libglfw3-dev libgl-dev libstb-dev
   catch2 nlohmann-json3-dev libcli11-dev libfmt-dev
   xvfb xauth libgl1-mesa-dri libglx-mesa0 mesa-utils gnuplot-nox
+  fonts-dejavu-core
   fortunes
 )
 missing=()
