@@ -329,10 +329,9 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
 
   // float64: the plan applied to a float64 copy of the original.
   progress("verifying in float64 (copies of both models)");
-  auto bytes = serialize(tm.module);
-  auto original64 = deserialize(bytes);
+  auto original64 = freshCopy(tm);
   auto graph64 = inlineForwardInPlace(original64);
-  auto folded64 = deserialize(bytes);
+  auto folded64 = freshCopy(tm);
   auto foldedGraph64 = inlineForwardInPlace(folded64);
   {
     std::map<const void*, at::Tensor> memoA, memoB;
@@ -368,7 +367,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
 FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   progress("copying the model");
-  auto m = deserialize(serialize(model.torch->module));
+  auto m = freshCopy(*model.torch);
   auto graph = inlineForwardInPlace(m);
   FoldedModel result;
   result.report.input = model.path;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <set>
 #include <unordered_map>
 
@@ -254,8 +255,13 @@ std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& modu
   return graph;
 }
 
-ImportedModel importModule(torch::jit::Module module, std::string path,
-                           std::vector<InputSpec> specs, bool specFromModel,
+torch::jit::Module freshCopy(const TorchModel& model) {
+  std::istringstream in(*model.archive);
+  return jit::load(in, c10::Device(c10::kCPU));
+}
+
+ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std::string> archive,
+                           std::string path, std::vector<InputSpec> specs, bool specFromModel,
                            const ImportOptions& options) {
   auto progress = [&](const std::string& msg) {
     if (options.progress) options.progress(msg);
@@ -263,6 +269,7 @@ ImportedModel importModule(torch::jit::Module module, std::string path,
   module.eval();
   auto tm = std::make_shared<TorchModel>();
   tm->module = module;
+  tm->archive = std::move(archive);
   tm->graph = inlinedForward(module);
   rejectUnsupported(*tm->graph);
   auto& jg = *tm->graph;
@@ -524,8 +531,14 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
   if (options.progress) options.progress("loading " + path);
   jit::ExtraFilesMap extra{{kInputSpecExtraFile, ""}};
   jit::Module module;
+  auto archive = std::make_shared<std::string>();
+  {
+    std::ifstream file(path, std::ios::binary);
+    archive->assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
   try {
-    module = jit::load(path, c10::Device(c10::kCPU), extra);
+    std::istringstream in(*archive);
+    module = jit::load(in, c10::Device(c10::kCPU), extra);
   } catch (const c10::Error& e) {
     throwLoadError(path, e);
   }
@@ -536,7 +549,7 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
     fromModel = true;
   }
   if (options.progress) options.progress("importing the forward graph");
-  return importModule(std::move(module), path, std::move(specs), fromModel, options);
+  return importModule(std::move(module), std::move(archive), path, std::move(specs), fromModel, options);
 }
 
 ImportedModel importIrModel(const IrModel& model, uint64_t seed) {
@@ -599,7 +612,16 @@ ImportedModel importIrModel(const IrModel& model, uint64_t seed) {
   module.type()->addMethod(fn);
   ImportOptions options;
   options.seed = seed;
-  return importModule(module, "<ir>", model.inputs, false, options);
+  // Round-trip once through an archive so that every later copy compiles from the same code.
+  auto archive = std::make_shared<std::string>();
+  {
+    std::ostringstream out;
+    module.save(out);
+    *archive = out.str();
+  }
+  std::istringstream in(*archive);
+  auto loaded = jit::load(in, c10::Device(c10::kCPU));
+  return importModule(loaded, std::move(archive), "<ir>", model.inputs, false, options);
 }
 
 }  // namespace foldnorm

@@ -20,7 +20,13 @@ struct TorchModel {
   std::vector<at::Tensor> parameterTensors;   // ParamId -> tensor (constants included)
   std::vector<at::Tensor> exampleInputs;      // what shapes were recorded with
   std::vector<at::Tensor> exampleOutputs;     // the model's outputs on them (flattened)
+  /// The archive `module` was loaded from. Fresh copies are loaded from these bytes: the same
+  /// code compiles to the same graph, node for node, so analysed node ids map onto the copy.
+  std::shared_ptr<const std::string> archive;
 };
+
+/// A fresh, independent module (own types and tensors) loaded from `model.archive`.
+torch::jit::Module freshCopy(const TorchModel& model);
 
 /// Example inputs drawn from specs (seeded, reproducible).
 std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
@@ -32,8 +38,8 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::vector<at::Tensor>& inputs);
 
 /// Imports an already-loaded module (shared by the .pt and IR paths).
-ImportedModel importModule(torch::jit::Module module, std::string path,
-                           std::vector<InputSpec> specs, bool specFromModel,
+ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std::string> archive,
+                           std::string path, std::vector<InputSpec> specs, bool specFromModel,
                            const ImportOptions& options);
 
 /// Inlined copy of a module's forward graph.
