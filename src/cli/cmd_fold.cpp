@@ -1,7 +1,6 @@
 // foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
 //               [--device cpu|cuda] [--no-verify] [--random N] [--json]
-#include <fmt/format.h>
-
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -61,8 +60,8 @@ void setup(CLI::App& app, int& exitCode) {
     if (v.ran && !v.float64Equivalent) {
       for (const auto& c : v.checks)
         if (c.dtype == "float64" && !(c.maxRel <= fo.float64Tolerance))
-          std::cerr << fmt::format("foldnorm: error: output {} ({}) diverged in float64: relative error {:.3e} > {:.0e}; "
-                                   "not writing {}\n", c.output, c.shape, c.maxRel, fo.float64Tolerance, o->out);
+          std::fprintf(stderr, "foldnorm: error: output %zu (%s) diverged in float64: relative error %.3e > %.0e; "
+                       "not writing %s\n", c.output, c.shape.c_str(), c.maxRel, fo.float64Tolerance, o->out.c_str());
       exitCode = 3;
       return;
     }

@@ -1,6 +1,4 @@
 // foldnorm inspect MODEL.pt [--input SPEC]... [--json]
-#include <fmt/format.h>
-
 #include <iostream>
 #include <nlohmann/json.hpp>
 

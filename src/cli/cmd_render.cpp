@@ -2,7 +2,7 @@
 //                 [--collapse DEPTH] [--no-legend]
 #include <chrono>
 #include <filesystem>
-#include <fmt/format.h>
+#include <cstdio>
 #include <iostream>
 
 #include "command.h"
@@ -69,10 +69,12 @@ void setupRender(CLI::App& app, int& exitCode) {
     t = std::chrono::steady_clock::now();
     auto bytes = render::renderToFile(scene, opts->output, wo);
     double renderSeconds = secondsSince(t);
-    std::cerr << fmt::format("[foldnorm] wrote {} ({} bytes): {} nodes, {} edges, {} clusters; import+analysis "
-                             "{:.2f} s, scene {:.3f} s, layout+render {:.2f} s\n",
-                             opts->output, bytes, scene.nodes.size(), scene.edges.size(), scene.clusters.size(),
-                             importSeconds, sceneSeconds, renderSeconds);
+    // printf, not fmt: in torch-facing TUs <fmt/format.h> is LibTorch's bundled copy, which the
+    // system libfmt cannot link.
+    std::fprintf(stderr, "[foldnorm] wrote %s (%lld bytes): %zu nodes, %zu edges, %zu clusters; import+analysis "
+                 "%.2f s, scene %.3f s, layout+render %.2f s\n", opts->output.c_str(), (long long)bytes,
+                 scene.nodes.size(), scene.edges.size(), scene.clusters.size(), importSeconds, sceneSeconds,
+                 renderSeconds);
     exitCode = 0;
   });
 }

@@ -1,7 +1,8 @@
 // The fold rewrite and its verification (see include/foldnorm/fold/fold.h).
 #include "foldnorm/fold/fold.h"
 
-#include <fmt/format.h>
+#include <cstdarg>
+#include <cstdio>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/serialization/import.h>
@@ -20,6 +21,17 @@ namespace foldnorm {
 namespace {
 
 namespace jit = torch::jit;
+
+// printf-style formatting: fmt's headers here would be LibTorch's bundled copy, whose symbols
+// the system libfmt does not have.
+std::string strf(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  char buffer[1024];
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  return buffer;
+}
 
 // ---- fresh, independent copies of a module (own types and tensors) ----
 
@@ -322,7 +334,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   }
   auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
-    progress(fmt::format("verifying in the model's dtype: input set {}/{}", r + 1, inputSets.size()));
+    progress(strf("verifying in the model's dtype: input set %zu/%zu", r + 1, inputSets.size()));
     auto in = toDevice(inputSets[r], device);
     compare(runGraph(original32, tm.graph, in), runGraph(folded32, folded32Graph, in), "float32", v.checks);
   }
@@ -346,7 +358,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     folded64.to(device);
   }
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
-    progress(fmt::format("verifying in float64: input set {}/{}", r + 1, inputSets.size()));
+    progress(strf("verifying in float64: input set %zu/%zu", r + 1, inputSets.size()));
     auto in = toDevice(toDoubleInputs(inputSets[r]), device);
     compare(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
   }
@@ -371,8 +383,8 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
   auto graph = inlineForwardInPlace(m);
   FoldedModel result;
   result.report.input = model.path;
-  progress(fmt::format("centering {} parameter(s), replacing {} LayerNorm(s)", analysis.plan.size(),
-                       analysis.foldableCount()));
+  progress(strf("centering %zu parameter(s), replacing %zu LayerNorm(s)", analysis.plan.size(),
+                analysis.foldableCount()));
   applyPlan(m, graph, model, analysis, &result.report);
   auto tm = std::make_shared<TorchModel>();
   tm->module = m;
@@ -458,30 +470,30 @@ std::string toText(const FoldReport& r) {
   if (r.folded.empty()) {
     out += "nothing was folded: no LayerNorm is foldable (the output computes the input model's function)\n";
   } else {
-    out += fmt::format("folded {} LayerNorm(s) into foldnorm::rms_norm; centered {} parameter(s)", r.folded.size(),
-                       r.centered.size());
+    out += strf("folded %zu LayerNorm(s) into foldnorm::rms_norm; centered %zu parameter(s)", r.folded.size(),
+                r.centered.size());
     if (!r.untied.empty())
-      out += fmt::format("; untied {} ({:.1f} KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
+      out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
     out += "\n";
   }
   for (std::size_t i = 0; i < r.kept.size(); ++i)
-    out += fmt::format("  kept LayerNorm {}: {}\n", r.kept[i].empty() ? "<top>" : r.kept[i], r.keptReasons[i]);
+    out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
   const auto& v = r.verification;
   if (!v.ran) {
     out += "verification: skipped (--no-verify)\n";
     return out;
   }
-  out += fmt::format("verification on {} ({} input sets):\n", v.device, v.runs);
-  out += fmt::format("  {:<8} {:>6}  {:<24} {:>12} {:>12}  {}\n", "dtype", "output", "shape", "max abs", "max rel",
-                     "argmax unchanged");
+  out += strf("verification on %s (%d input sets):\n", v.device.c_str(), v.runs);
+  out += strf("  %-8s %6s  %-24s %12s %12s  %s\n", "dtype", "output", "shape", "max abs", "max rel",
+              "argmax unchanged");
   for (const auto& c : v.checks)
-    out += fmt::format("  {:<8} {:>6}  {:<24} {:>12.3e} {:>12.3e}  {}\n", c.dtype, c.output, c.shape, c.maxAbs,
-                       c.maxRel, c.hasPredictions ? fmt::format("{:.2f}%", 100 * c.argmaxAgreement) : "-");
+    out += strf("  %-8s %6zu  %-24s %12.3e %12.3e  %s\n", c.dtype.c_str(), c.output, c.shape.c_str(), c.maxAbs,
+                c.maxRel, c.hasPredictions ? strf("%.2f%%", 100 * c.argmaxAgreement).c_str() : "-");
   out += v.float64Equivalent
-             ? fmt::format("float64: equivalent (worst relative error {:.2e}: float64 rounding)\n", v.worstRelative64)
-             : fmt::format("float64: NOT equivalent (worst relative error {:.2e}): this is a bug\n", v.worstRelative64);
-  out += fmt::format("float32: worst relative error {:.2e}; predictions {}\n", v.worstRelative32,
-                     v.predictionsUnchanged ? "unchanged" : "CHANGED on some rows");
+             ? strf("float64: equivalent (worst relative error %.2e: float64 rounding)\n", v.worstRelative64)
+             : strf("float64: NOT equivalent (worst relative error %.2e): this is a bug\n", v.worstRelative64);
+  out += strf("float32: worst relative error %.2e; predictions %s\n", v.worstRelative32,
+              v.predictionsUnchanged ? "unchanged" : "CHANGED on some rows");
   return out;
 }
 
