@@ -350,9 +350,10 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     convertAttributesToDouble(original64, memoA);
     convertAttributesToDouble(folded64, memoB);
   }
+  // The plan maps onto the graph by node order: apply it before patching inserts constants.
+  applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
   patchGraphToDouble(graph64);
   patchGraphToDouble(foldedGraph64);
-  applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
   if (device.is_cuda()) {
     original64.to(device);
     folded64.to(device);
