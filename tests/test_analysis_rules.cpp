@@ -277,7 +277,11 @@ TEST_CASE("value-preserving ops keep the zero mean", "[analysis][preserving]") {
       // zero padding along another axis adds rows of zeros, which are mean-zero
       "  %pad : int[] = prim::Constant[value=[0, 0, 0, 2]]()\n  %z0 : float = prim::Constant[value=0.]()\n"
       "  %h : Tensor = aten::constant_pad_nd(%y, %pad, %z0)\n",
-      "  %sh : int[] = prim::Constant[value=[1]]()\n  %dm : int[] = prim::Constant[value=[0]]()\n  %h : Tensor = aten::roll(%y, %sh, %dm)\n");
+      "  %sh : int[] = prim::Constant[value=[1]]()\n  %dm : int[] = prim::Constant[value=[0]]()\n  %h : Tensor = aten::roll(%y, %sh, %dm)\n",
+      // x[..., :] (Swin's unpadding) slices the whole normalized axis: nothing is taken away
+      "  %d : int = prim::Constant[value=-1]()\n  %s : int = prim::Constant[value=0]()\n"
+      "  %e : int = prim::Constant[value=9223372036854775807]()\n  %st : int = prim::Constant[value=1]()\n"
+      "  %h : Tensor = aten::slice(%y, %d, %s, %e, %st)\n");
   INFO(body);
   auto a = analyzeIr({"graph(%x : Tensor, %w : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n"
                       "  %none : NoneType = prim::Constant()\n"

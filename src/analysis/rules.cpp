@@ -527,7 +527,10 @@ void sliceMz(MeanZeroContext& ctx) {
       n.kind == "aten::tensor_split")
     dim = n.inputs.size() > 2 ? dimArg(g, n.inputs[2], rank) : std::optional<int64_t>(0);
   if (!dim) { ctx.breakHere("its dim is not a constant"); return; }
-  if (f.axes.contains(*dim)) {
+  // x[..., :] traces as a slice over the whole dim: same shape in and out, nothing taken away.
+  bool wholeSlice = (n.kind == "aten::slice" || n.kind == "aten::narrow") && shapeOf(g, n.inputs[0]) &&
+                    shapeOf(g, n.outputs[0]) && *shapeOf(g, n.inputs[0]) == *shapeOf(g, n.outputs[0]);
+  if (f.axes.contains(*dim) && !wholeSlice) {
     ctx.breakHere("takes a part along the mean-zero axis " + std::to_string(*dim) +
                   "; a part of a mean-zero row is not mean-zero");
     return;
