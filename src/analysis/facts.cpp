@@ -149,7 +149,12 @@ AxisSet mapMeanZeroThroughView(const std::vector<int64_t>& in, const std::vector
   AxisSet result;
   for (const auto& [gi, go] : viewGroups(in, out))
     if (!(gi & axes).empty()) result = result | go;
-  return result;
+  // A size-1 axis adds nothing to a mean (mean-zero along B + {it} is mean-zero along B): drop
+  // those that a group picked up, e.g. [T, E] -> [T, 1, E].
+  AxisSet trimmed = result;
+  for (auto a : result.axes())
+    if (a < int64_t(out.size()) && out[a] == 1) trimmed.erase(a);
+  return trimmed.empty() ? result : trimmed;
 }
 
 AxisSet mapConstantThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes) {

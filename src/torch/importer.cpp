@@ -413,6 +413,50 @@ ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std:
         paramModule[n.id] = paramModule[n.id].empty() ? m : commonModulePrefix(paramModule[n.id], m);
       }
     }
+    if (haveStacks) {
+      // Call stacks name module instances but skip containers without a forward (ModuleList,
+      // Sequential used by index): "transformer.0.ln_1" for transformer.h.0.ln_1. A node that reads
+      // parameters knows the true path; learn the renaming from those, parents included.
+      std::map<std::string, std::string> canonical;
+      auto split = [](const std::string& p) {
+        std::vector<std::string> parts;
+        std::size_t start = 0;
+        while (true) {
+          auto dot = p.find('.', start);
+          parts.push_back(p.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+          if (dot == std::string::npos) return parts;
+          start = dot + 1;
+        }
+      };
+      for (auto& n : g.nodes()) {
+        if (!fromStack[n.id] || paramModule[n.id].empty()) continue;
+        // The call-stack names are a subsequence of the parameter path's: match them from the left,
+        // each call-stack prefix maps to the parameter-path prefix ending at its match.
+        auto cs = split(n.modulePath), ps = split(paramModule[n.id]);
+        std::size_t j = 0;
+        std::string cp, pm;
+        for (std::size_t i = 0; i < cs.size(); ++i) {
+          while (j < ps.size() && ps[j] != cs[i]) pm += (pm.empty() ? "" : ".") + ps[j++];
+          if (j == ps.size()) break;
+          pm += (pm.empty() ? "" : ".") + ps[j++];
+          cp += (cp.empty() ? "" : ".") + cs[i];
+          canonical.emplace(cp, pm);
+        }
+      }
+      for (NodeId id = 0; id < g.nodeCount(); ++id) {
+        auto& n = g.node(id);
+        if (!fromStack[id]) continue;
+        std::string prefix = n.modulePath, rest;
+        while (!prefix.empty()) {
+          auto it = canonical.find(prefix);
+          if (it != canonical.end()) { n.modulePath = it->second + rest; break; }
+          auto dot = prefix.rfind('.');
+          if (dot == std::string::npos) break;
+          rest = prefix.substr(dot) + rest;
+          prefix = prefix.substr(0, dot);
+        }
+      }
+    }
     if (!haveStacks) {
       std::vector<std::optional<std::string>> below(g.nodeCount()), above(g.nodeCount());
       auto isData = [&](const Node& n) {
