@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -65,6 +67,9 @@ IrModel preLnModel(bool returnHidden) {
   params.push_back({"ln_b", spec("8")});
   return {ir, {spec("2x5:int64[0,20)")}, params};
 }
+
+// Not std::filesystem::remove_all: libtorch exports its own copy of it, which crashed here.
+void removeTree(const std::string& dir) { std::system(("rm -rf '" + dir + "'").c_str()); }
 
 std::string tempDir() {
   auto dir = std::filesystem::temp_directory_path() / ("foldnorm-test-" + std::to_string(::getpid()));
@@ -177,7 +182,7 @@ TEST_CASE("a saved fold loads in C++ and writes atomically; bad output paths are
     }
     CHECK_THROWS_WITH(checkOutputPath(a.model.path, dir), Catch::Contains("is a directory"));
   }
-  std::filesystem::remove_all(dir);
+  removeTree(dir);
 }
 
 TEST_CASE("the float64 check catches a wrong fold", "[fold]") {
@@ -225,5 +230,5 @@ TEST_CASE("the folded built-in GPT-2 runs in Python with the op library: same ou
   INFO(text);
   CHECK(rc == 0);
   CHECK_THAT(text, Catch::Contains(": ok"));
-  std::filesystem::remove_all(dir);
+  removeTree(dir);
 }
