@@ -1,0 +1,98 @@
+// `foldnorm bench`: a model end to end, original against folded, in one run.
+//
+// The fold is done in memory (import -> analyze -> fold with verification in float32 and
+// float64); a fold that is not float64-equivalent is refused before anything is timed. Then both
+// models are loaded afresh from the same bytes (forward inlined, the same graph-executor
+// settings), optionally cast to bfloat16/float16 (parameters, float tensor constants and the
+// float32 dtype constants a trace bakes in), and timed per sequence length:
+//   - warm-up first: the profiling executor profiles on the first run and optimises on the
+//     second; more runs settle allocator growth and, on CUDA, lazy module loading and cuBLAS
+//     heuristics. A new sequence length is a new shape, so every length is warmed up again.
+//   - interleaved A/B per round, the order alternating (AB, BA, ...) so drift hits both alike;
+//   - CPU: wall clock around a synchronous forward. CUDA: events on the current stream around
+//     the forward, then a synchronize; no L2 flush (a model's layers see warm caches);
+//   - c10::InferenceMode around everything.
+// Per length it reports median and p10-p90 of each model, tokens/s (images/s for image models),
+// and the speed-up as the per-round ratio original/folded (median and p10-p90).
+//
+// The sequence dimension: the last dimension of every integer (or bool) input, which is where
+// token ids and attention masks keep it. A model with no such input (an image model) has no
+// sequence length: --seq does not apply and its spec shape is timed (the report says so).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace foldnorm::bench {
+
+struct BenchModelOptions {
+  std::string device = "cpu";     // cpu | cuda
+  std::string dtype = "float32";  // float32 | bfloat16 | float16 (timing dtype)
+  std::vector<int64_t> seqs;      // empty: the spec's own sequence length
+  int64_t batch = 0;              // 0: the spec's own batch (dim 0)
+  int warmup = 10;                // untimed forwards of each model per sequence length
+  int reps = 20;                  // timed rounds per length; each runs both models once
+  int threads = 0;                // CPU intra-op threads; 0: leave LibTorch's default
+  int verifyRandomInputs = 2;     // random input sets for the fold verification
+  uint64_t seed = 0;
+};
+
+/// Median and p10-p90 of a set of samples.
+struct Spread {
+  double median = 0;
+  double p10 = 0;
+  double p90 = 0;
+};
+
+struct ModelBenchCase {
+  int64_t seq = 0;                       // 0 when the model has no sequence dimension
+  std::vector<std::string> inputShapes;  // input specs as run
+  int64_t items = 0;                     // tokens (batch x seq) or images per forward
+  std::string skipped;                   // non-empty: why this length was not timed
+  Spread originalMs;
+  Spread foldedMs;
+  Spread speedup;                        // per-round original / folded
+  double originalItemsPerSecond = 0;     // items / median
+  double foldedItemsPerSecond = 0;
+};
+
+struct ModelBenchReport {
+  std::string model;
+  std::string device;
+  std::string dtype;
+  std::string torchVersion;
+  std::string cpuKernelIsa;
+  int threads = 0;
+  int warmup = 0;
+  int reps = 0;
+  std::string itemUnit;     // "tokens" | "images"
+  bool seqApplies = true;   // false: no integer input, the spec shape was timed
+  std::string seqNote;      // how the sequence dimension was chosen (or why it does not apply)
+  std::string executor;     // graph-executor settings both models ran with
+  int foldedLayerNorms = 0;
+  int keptLayerNorms = 0;
+  double worstRelative32 = 0;  // fold verification, float32
+  double worstRelative64 = 0;  // fold verification, float64
+  bool predictionsUnchanged = true;
+  double loadBefore = -1;   // 1-minute load average (CPU runs; -1 if unknown)
+  double loadAfter = -1;
+  std::vector<ModelBenchCase> cases;
+};
+
+/// Imports, analyses and folds `modelPath` (verifying the fold), then times original and folded.
+/// Throws foldnorm::Error for bad options, an unreadable model, or a fold that fails its float64
+/// verification. A sequence length the model cannot run (e.g. longer than its position table) is
+/// reported as skipped with the model's error, not thrown. Progress lines go to `progress`.
+ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
+                               std::ostream& progress);
+
+nlohmann::json toJson(const ModelBenchReport& report);
+
+/// Plain text: a header with the settings and the verification, then one row per length.
+std::string formatModelBenchTable(const ModelBenchReport& report);
+
+}  // namespace foldnorm::bench

@@ -1,0 +1,69 @@
+// `foldnorm bench MODEL.pt`: the original and the folded model end to end, interleaved in one run
+// (see include/foldnorm/bench/bench_model.h).
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "command.h"
+#include "foldnorm/bench/bench_model.h"
+#include "foldnorm/common/error.h"
+
+namespace foldnorm::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  bench::BenchModelOptions options;
+  bool json = false;
+  std::string jsonOut;
+};
+
+void setup(CLI::App& app, int& exitCode) {
+  auto args = std::make_shared<BenchArgs>();
+  auto& o = args->options;
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Fold a model in memory (verified in float32 and float64), then time the original and the "
+      "folded model end to end, interleaved in one run, per sequence length; progress on stderr");
+  cmd->add_option("model", args->model, "TorchScript file (.pt) with an embedded input spec")->required();
+  cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--seq", o.seqs,
+                  "Comma-separated sequence lengths: the last dim of every integer input "
+                  "(default: the spec's; not applicable to image models)")
+      ->delimiter(',');
+  cmd->add_option("--batch", o.batch, "Batch size, dim 0 of every input (default: the spec's)");
+  cmd->add_option("--dtype", o.dtype,
+                  "float32, bfloat16 or float16: both models are cast on fresh copies after the "
+                  "fold was verified in float32 and float64")
+      ->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed forwards of each model per length (>= 2)")
+      ->capture_default_str();
+  cmd->add_option("--reps", o.reps, "Timed rounds per length (each runs both models once)")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the inputs")->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print the results as JSON (format foldnorm-bench/1)");
+  cmd->add_option("--json-out", args->jsonOut, "Also write the JSON to this file (the table still prints)");
+  cmd->callback([args, &exitCode] {
+    const auto report = bench::runModelBench(args->model, args->options, std::cerr);
+    if (!args->jsonOut.empty()) {
+      std::ofstream out(args->jsonOut);
+      out << bench::toJson(report).dump(2) << "\n";
+      if (!out) throw Error("bench: cannot write --json-out " + args->jsonOut);
+    }
+    if (args->json) {
+      std::cout << bench::toJson(report).dump(2) << "\n";
+    } else {
+      std::cout << bench::formatModelBenchTable(report);
+    }
+    exitCode = 0;
+  });
+}
+
+FOLDNORM_REGISTER_COMMAND("bench", setup);
+
+}  // namespace
+}  // namespace foldnorm::cli

@@ -1,0 +1,177 @@
+// The end-to-end bench harness (`foldnorm bench`): what it reports, not how fast anything is.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "foldnorm/bench/bench_model.h"
+#include "foldnorm/common/error.h"
+#include "foldnorm/zoo/zoo.h"
+
+namespace fs = std::filesystem;
+using foldnorm::bench::BenchModelOptions;
+using foldnorm::bench::ModelBenchCase;
+using foldnorm::bench::runModelBench;
+
+namespace {
+
+// A folder per test case, removed with POSIX calls (libtorch.so's own std::filesystem::remove_all
+// crashes in this build; see test_zoo.cpp).
+struct ScratchDir {
+  ScratchDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("foldnorm-test-bench-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~ScratchDir() {
+    if (DIR* dir = ::opendir(path.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        std::string name = entry->d_name;
+        if (name != "." && name != "..") ::unlink((path / name).c_str());
+      }
+      ::closedir(dir);
+    }
+    ::rmdir(path.c_str());
+  }
+  fs::path path;
+};
+
+std::string buildTinyGpt2(const ScratchDir& dir) {
+  auto path = (dir.path / "gpt2-tiny.pt").string();
+  foldnorm::ZooBuildOptions options;
+  options.preset = "tiny";  // 2 layers, d_model 64, 64 positions, embedded input 2x16
+  foldnorm::buildZooModel("gpt2", path, options);
+  return path;
+}
+
+BenchModelOptions quickOptions() {
+  BenchModelOptions o;
+  o.warmup = 2;
+  o.reps = 2;
+  o.verifyRandomInputs = 0;
+  return o;
+}
+
+void checkTimed(const ModelBenchCase& c) {
+  INFO("seq " << c.seq);
+  REQUIRE(c.skipped.empty());
+  for (const auto* s : {&c.originalMs, &c.foldedMs}) {
+    CHECK(s->median > 0);
+    CHECK(s->p10 <= s->median);
+    CHECK(s->median <= s->p90);
+  }
+  CHECK(std::isfinite(c.speedup.median));
+  CHECK(c.speedup.median > 0);
+  CHECK(c.speedup.p10 <= c.speedup.p90);
+  CHECK(c.originalItemsPerSecond > 0);
+  CHECK(c.foldedItemsPerSecond > 0);
+}
+
+}  // namespace
+
+TEST_CASE("the model bench times original and folded per sequence length after a verified fold",
+          "[bench]") {
+  ScratchDir dir;
+  const auto model = buildTinyGpt2(dir);
+  std::ostringstream progress;
+
+  SECTION("every requested length is timed with tokens = batch x seq") {
+    auto o = quickOptions();
+    o.seqs = {8, 32};
+    o.batch = 3;
+    const auto r = runModelBench(model, o, progress);
+    CHECK(r.foldedLayerNorms == 5);  // ln_1, ln_2 of 2 blocks and ln_f
+    CHECK(r.keptLayerNorms == 0);
+    CHECK(r.worstRelative64 <= 1e-9);
+    CHECK(r.seqApplies);
+    CHECK(r.itemUnit == "tokens");
+    REQUIRE(r.cases.size() == 2);
+    CHECK(r.cases[0].seq == 8);
+    CHECK(r.cases[0].items == 3 * 8);
+    CHECK(r.cases[0].inputShapes == std::vector<std::string>{"3x8:int64[0,1000)"});
+    CHECK(r.cases[1].items == 3 * 32);
+    for (const auto& c : r.cases) checkTimed(c);
+    CHECK_THAT(progress.str(), Catch::Contains("fold verified: 5 LayerNorm(s) folded"));
+
+    const auto j = foldnorm::bench::toJson(r);
+    CHECK(j["cases"][1]["speedup"]["median"].get<double>() == Approx(r.cases[1].speedup.median));
+    CHECK(j["cases"][0]["original_tokens_per_s"].get<double>() > 0);
+    CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("speed-up"));
+  }
+
+  SECTION("without --seq the spec's own shape is timed") {
+    const auto r = runModelBench(model, quickOptions(), progress);
+    REQUIRE(r.cases.size() == 1);
+    CHECK(r.cases[0].seq == 16);
+    CHECK(r.cases[0].items == 2 * 16);
+    checkTimed(r.cases[0]);
+  }
+
+  SECTION("a length past the position table is reported as skipped; the others are still timed") {
+    auto o = quickOptions();
+    o.seqs = {16, 128};  // tiny GPT-2 has 64 positions
+    const auto r = runModelBench(model, o, progress);
+    REQUIRE(r.cases.size() == 2);
+    checkTimed(r.cases[0]);
+    CHECK_FALSE(r.cases[1].skipped.empty());
+    CHECK(foldnorm::bench::toJson(r)["cases"][1].contains("skipped"));
+  }
+
+  SECTION("bfloat16 runs on cast copies of both models") {
+    auto o = quickOptions();
+    o.dtype = "bfloat16";
+    o.seqs = {8};
+    const auto r = runModelBench(model, o, progress);
+    CHECK(r.dtype == "bfloat16");
+    REQUIRE(r.cases.size() == 1);
+    checkTimed(r.cases[0]);
+  }
+}
+
+TEST_CASE("an image model has no sequence length: its spec shape is timed, in images", "[bench]") {
+  ScratchDir dir;
+  const auto path = (dir.path / "vit-tiny.pt").string();
+  foldnorm::ZooBuildOptions build;
+  build.preset = "tiny";
+  foldnorm::buildZooModel("vit", path, build);
+  auto o = quickOptions();
+  o.seqs = {128};  // ignored, and the report says so
+  o.batch = 3;
+  std::ostringstream progress;
+  const auto r = runModelBench(path, o, progress);
+  CHECK_FALSE(r.seqApplies);
+  CHECK(r.itemUnit == "images");
+  CHECK_THAT(progress.str(), Catch::Contains("--seq ignored"));
+  REQUIRE(r.cases.size() == 1);
+  CHECK(r.cases[0].seq == 0);
+  CHECK(r.cases[0].items == 3);
+  checkTimed(r.cases[0]);
+}
+
+TEST_CASE("the model bench rejects options it cannot time honestly", "[bench]") {
+  std::ostringstream progress;
+  using Catch::Contains;
+  auto o = quickOptions();
+  SECTION("one round has no spread") {
+    o.reps = 1;
+    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--reps"));
+  }
+  SECTION("one warm-up run would time the executor's optimisation") {
+    o.warmup = 1;
+    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--warmup"));
+  }
+  SECTION("an unknown dtype is named") {
+    o.dtype = "float8";
+    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("float8"));
+  }
+  SECTION("a non-positive sequence length is named") {
+    o.seqs = {0};
+    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--seq"));
+  }
+}
