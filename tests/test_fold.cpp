@@ -63,7 +63,7 @@ IrModel preLnModel(bool returnHidden) {
     params.push_back({B + "__proj__weight", spec("8x16")});
     params.push_back({B + "__proj__bias", spec("8")});
   }
-  params.push_back({"ln_w", spec("8[0.5,1.5)")});
+  params.push_back({"ln_w", spec("8:float32[0.5,1.5)")});
   params.push_back({"ln_b", spec("8")});
   return {ir, {spec("2x5:int64[0,20)")}, params};
 }

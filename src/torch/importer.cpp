@@ -256,6 +256,7 @@ std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& modu
 }
 
 torch::jit::Module freshCopy(const TorchModel& model) {
+  if (model.makeCopy) return model.makeCopy();
   std::istringstream in(*model.archive);
   return jit::load(in, c10::Device(c10::kCPU));
 }
@@ -596,7 +597,8 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
   return importModule(std::move(module), std::move(archive), path, std::move(specs), fromModel, options);
 }
 
-ImportedModel importIrModel(const IrModel& model, uint64_t seed) {
+namespace {
+jit::Module buildIrModule(const IrModel& model, uint64_t seed) {
   auto graph = std::make_shared<jit::Graph>();
   try {
     jit::parseIR(model.ir, graph.get());
@@ -654,18 +656,19 @@ ImportedModel importIrModel(const IrModel& model, uint64_t seed) {
   auto fn = module.type()->compilation_unit()->create_function(
       c10::QualifiedName(*module.type()->name(), "forward"), graph);
   module.type()->addMethod(fn);
+  return module;
+}
+}  // namespace
+
+ImportedModel importIrModel(const IrModel& model, uint64_t seed) {
   ImportOptions options;
   options.seed = seed;
-  // Round-trip once through an archive so that every later copy compiles from the same code.
-  auto archive = std::make_shared<std::string>();
-  {
-    std::ostringstream out;
-    module.save(out);
-    *archive = out.str();
-  }
-  std::istringstream in(*archive);
-  auto loaded = jit::load(in, c10::Device(c10::kCPU));
-  return importModule(loaded, std::move(archive), "<ir>", model.inputs, false, options);
+  auto module = buildIrModule(model, seed);
+  // Fresh copies are built again from the IR (same seed, same graph, node for node); a save/load
+  // round trip would re-print IR int arithmetic as tensor ops.
+  auto result = importModule(module, nullptr, "<ir>", model.inputs, false, options);
+  result.torch->makeCopy = [model, seed] { return buildIrModule(model, seed); };
+  return result;
 }
 
 }  // namespace foldnorm

@@ -4,6 +4,7 @@
 
 #include <torch/script.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct TorchModel {
   /// The archive `module` was loaded from. Fresh copies are loaded from these bytes: the same
   /// code compiles to the same graph, node for node, so analysed node ids map onto the copy.
   std::shared_ptr<const std::string> archive;
+  /// Models without an archive (built from IR) make their fresh copies with this instead.
+  std::function<torch::jit::Module()> makeCopy;
 };
 
 /// A fresh, independent module (own types and tensors) loaded from `model.archive`.
