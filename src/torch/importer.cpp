@@ -532,11 +532,15 @@ ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std:
     std::vector<at::Tensor> values;
     try {
       values = runGraph(module, copy, tm->exampleInputs);
-    } catch (const c10::Error& e) {
+    } catch (const std::exception& e) {  // c10::Error, and JITException (a runtime_error)
       std::string spec;
       for (auto& s : specs) spec += (spec.empty() ? "" : " ") + s.toString();
+      const auto* c10Error = dynamic_cast<const c10::Error*>(&e);
+      std::string what = c10Error ? c10Error->what_without_backtrace() : e.what();
+      auto pos = what.find("RuntimeError: ");
+      if (pos != std::string::npos) what = what.substr(pos + 14);
       throw Error("running the model on the example inputs failed; does the input spec (" + spec +
-                  ") match the model? " + firstLine(e.what_without_backtrace()));
+                  ") match the model? " + firstLine(what));
     }
     if (values.size() != recorded.size()) throw std::logic_error("shape recording lost values");
     for (std::size_t i = 0; i < recorded.size(); ++i) {
