@@ -28,6 +28,16 @@ struct Analyzed {
   }
 };
 
+/// IR lines for `%out = aten::layer_norm(%in)` over a last dim of size d, with the weight and bias
+/// graph inputs %ln_w and %ln_b (declare them as IrModel parameters).
+inline std::string layerNorm(const std::string& in, const std::string& out, int d) {
+  return "  %" + out + "_shape : int[] = prim::Constant[value=[" + std::to_string(d) + "]]()\n" +
+         "  %" + out + "_eps : float = prim::Constant[value=1.0000000000000001e-05]()\n" +
+         "  %" + out + "_cudnn : bool = prim::Constant[value=0]()\n" +
+         "  %" + out + " : Tensor = aten::layer_norm(%" + in + ", %" + out + "_shape, %ln_w, %ln_b, %" +
+         out + "_eps, %" + out + "_cudnn)\n";
+}
+
 inline Analyzed analyzeIr(const IrModel& ir, AnalysisOptions options = {}) {
   Analyzed a{importIrModel(ir), {}};
   a.result = analyzeFoldability(a.model.graph, options);

@@ -10,16 +10,10 @@ using foldnorm::test::analyzeIr;
 
 namespace {
 
+using foldnorm::test::layerNorm;
+
 InputSpec spec(const char* s) { return parseInputSpec(s); }
 
-/// `%out = layer_norm(%in)` over the last dim of size d with weight/bias parameters ln_w, ln_b.
-std::string layerNorm(const std::string& in, const std::string& out, int d) {
-  return "  %" + out + "_shape : int[] = prim::Constant[value=[" + std::to_string(d) + "]]()\n" +
-         "  %" + out + "_eps : float = prim::Constant[value=1.0000000000000001e-05]()\n" +
-         "  %" + out + "_cudnn : bool = prim::Constant[value=0]()\n" +
-         "  %" + out + " : Tensor = aten::layer_norm(%" + in + ", %" + out + "_shape, %ln_w, %ln_b, %" +
-         out + "_eps, %" + out + "_cudnn)\n";
-}
 
 const std::pair<std::string, InputSpec> kLnW{"ln_w", spec("8")};
 const std::pair<std::string, InputSpec> kLnB{"ln_b", spec("8")};
