@@ -121,7 +121,7 @@ TEST_CASE("a model that returns its hidden states is left as it is, and says so"
   CHECK_THAT(toText(folded.report), Catch::Contains("nothing was folded"));
 }
 
-TEST_CASE("--no-untie keeps a tied model unchanged and explains why", "[fold][tied]") {
+TEST_CASE("no untie (--no-untie) keeps a tied model unchanged and explains why", "[fold][tied]") {
   AnalysisOptions ao;
   ao.allowUntie = false;
   auto a = analyzeIr(preLnModel(false), ao);
@@ -132,7 +132,7 @@ TEST_CASE("--no-untie keeps a tied model unchanged and explains why", "[fold][ti
   CHECK(folded.report.verification.worstRelative64 == 0.0);
 }
 
-TEST_CASE("--only with no matching LayerNorm centers nothing", "[fold]") {
+TEST_CASE("only (--only) with no matching LayerNorm centers nothing", "[fold]") {
   AnalysisOptions ao;
   ao.only = {"no.such.norm"};
   auto a = analyzeIr(preLnModel(false), ao);

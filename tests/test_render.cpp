@@ -233,7 +233,7 @@ TEST_CASE("an ln: view shows only that LN's mean-zero graph", "[render]") {
   }
 }
 
-TEST_CASE("--collapse folds whole modules into one node with an LN summary", "[render]") {
+TEST_CASE("collapse (--collapse) folds whole modules into one node with an LN summary", "[render]") {
   SceneOptions o;
   o.collapseDepth = 2;  // h.0, h.1, h.2
   auto r = renderThreeBlocks(o);
@@ -281,6 +281,8 @@ TEST_CASE("the layout for the GUI is in points, y down, with nodes inside their 
   for (const auto& e : layout.edges) {
     const auto& se = r.scene.edges[e.edge];
     // Top to bottom: the producer sits above its consumer once y grows down.
+    INFO(r.scene.nodes[se.from].id << " -> " << r.scene.nodes[se.to].id << " [" << se.label << "]: "
+                                   << r.scene.nodes[se.from].title << " -> " << r.scene.nodes[se.to].title);
     CHECK(layout.nodes[se.from].center.y < layout.nodes[se.to].center.y);
     REQUIRE(e.points.size() >= 4);
     CHECK((e.points.size() - 1) % 3 == 0);
@@ -305,7 +307,7 @@ TEST_CASE("PNG and SVG files are valid, written atomically, never over the model
     renderToFile(r.scene, svg.string());
     std::string data = readFile(svg);
     CHECK_THAT(data, Catch::Contains("<svg"));
-    CHECK_THAT(data, Catch::Contains("h.0  (1/1 LNs foldable)"));
+    CHECK_THAT(data, Catch::Contains("h.0 &#160;(1/1 LNs foldable)"));
     std::size_t files = std::distance(fs::directory_iterator(dir.path), fs::directory_iterator{});
     CHECK(files == 1);
   }

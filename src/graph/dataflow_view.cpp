@@ -188,7 +188,7 @@ class Builder {
   void connect(ValueId in, ViewIndex consumer, std::vector<ParameterNote>& notes) {
     std::vector<Source> sources;
     std::vector<NodeId> through;
-    std::set<ValueId> seen;
+    std::set<std::pair<ValueId, ValueId>> seen;
     walk(in, kNone, through, sources, notes, seen);
     for (auto& s : sources) {
       auto key = std::make_tuple(s.from, consumer, s.value);
@@ -206,10 +206,12 @@ class Builder {
   // Walks back from value `v` to the visible nodes whose data it carries. `label` is the first
   // tensor with a recorded shape seen on the way (what the consumer actually receives).
   void walk(ValueId v, ValueId label, std::vector<NodeId>& through, std::vector<Source>& out,
-            std::vector<ParameterNote>& notes, std::set<ValueId>& seen) {
-    if (!seen.insert(v).second) return;
+            std::vector<ParameterNote>& notes, std::set<std::pair<ValueId, ValueId>>& seen) {
     const auto& value = g_.value(v);
     if (label == kNone && value.tensor) label = v;
+    // Visited per (value, label): two parts unpacked from one list reach the same container but
+    // are different edges (split -> a, b -> cat gives two), while a shared sub-bundle is walked once.
+    if (!seen.insert({v, label}).second) return;
     if (value.param != kNone) {
       const auto& p = g_.parameter(value.param);
       bool dup = std::any_of(notes.begin(), notes.end(), [&](const auto& n) { return n.param == p.id; });

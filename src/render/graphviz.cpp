@@ -118,6 +118,10 @@ GvGraph::GvGraph(const Scene& scene, bool legend) {
   Agraph_t* g = graph_;
   // Defaults first: per-object attributes then only say what differs (smaller DOT, faster).
   agattr(g, AGRAPH, mut("rankdir"), mut("TB"));
+  // Rank globally, not cluster by cluster: an op outside a block that sits between two of its
+  // nodes (block linear -> residual add -> block LN) otherwise lands on the block's rank, and
+  // Graphviz 2.42 double-frees while routing such labelled flat edges.
+  agattr(g, AGRAPH, mut("newrank"), mut("true"));
   agattr(g, AGRAPH, mut("fontname"), mut("Helvetica"));
   agattr(g, AGRAPH, mut("fontsize"), mut("10"));
   agattr(g, AGRAPH, mut("nodesep"), mut("0.18"));
