@@ -143,6 +143,40 @@ TEST_CASE("only (--only) with no matching LayerNorm centers nothing", "[fold]") 
   CHECK(folded.report.verification.worstRelative64 == 0.0);
 }
 
+TEST_CASE("float64 verification re-types every baked float32 dtype, even one constant used many times",
+          "[fold]") {
+  // Traces share one `6` (float32) constant between casts and softmax dtypes (OPT's attention does
+  // this). Each use must become float64, or the float64 run mixes dtypes and fails.
+  std::string ir =
+      "graph(%x : Tensor, %fc__weight : Tensor, %fc__bias : Tensor, %ln_w : Tensor, %ln_b : Tensor,"
+      " %head__weight : Tensor, %head__bias : Tensor):\n"
+      "  %f32 : int = prim::Constant[value=6]()\n"
+      "  %last : int = prim::Constant[value=-1]()\n"
+      "  %f : bool = prim::Constant[value=0]()\n"
+      "  %none : NoneType = prim::Constant()\n"
+      "  %y : Tensor = aten::linear(%x, %fc__weight, %fc__bias)\n" +
+      layerNorm("y", "z", 8) +
+      "  %a : Tensor = aten::to(%z, %f32, %f, %f, %none)\n"
+      "  %s : Tensor = aten::softmax(%a, %last, %f32)\n"
+      "  %logits : Tensor = aten::linear(%s, %head__weight, %head__bias)\n"
+      "  %xc : Tensor = aten::to(%x, %f32, %f, %f, %none)\n"
+      "  %out : (Tensor, Tensor) = prim::TupleConstruct(%logits, %xc)\n"
+      "  return (%out)\n";
+  IrModel m{ir,
+            {spec("2x3x4")},
+            {{"fc__weight", spec("8x4")},
+             {"fc__bias", spec("8")},
+             {"ln_w", spec("8")},
+             {"ln_b", spec("8")},
+             {"head__weight", spec("5x8")},
+             {"head__bias", spec("5")}}};
+  auto a = analyzeIr(m);
+  REQUIRE(a.result.foldableCount() == 1);
+  auto folded = foldModel(a.model, a.result);
+  CHECK(folded.report.verification.float64Equivalent);
+  CHECK(folded.report.verification.worstRelative64 < 1e-12);
+}
+
 TEST_CASE("a saved fold loads in C++ and writes atomically; bad output paths are refused", "[fold][io]") {
   auto a = analyzeIr(preLnModel(false));
   auto folded = foldModel(a.model, a.result);

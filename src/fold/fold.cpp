@@ -245,7 +245,9 @@ void patchGraphToDouble(const std::shared_ptr<jit::Graph>& graph) {
     if (out->type()->kind() != c10::TypeKind::IntType) continue;
     auto code = n->i(c10::attr::value);
     if (!isReducedFloatCode(code)) continue;
-    for (auto use : out->uses()) {
+    // A copy: replaceInput removes the use from out->uses() while we walk it.
+    const std::vector<jit::Use> uses = out->uses();
+    for (auto use : uses) {
       const auto* schema = use.user->maybeSchema();
       if (!schema || use.offset >= schema->arguments().size()) continue;
       const auto& arg = schema->arguments()[use.offset];
