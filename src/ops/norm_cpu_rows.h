@@ -22,7 +22,14 @@
 #error "define FOLDNORM_NORM_CPU_ENTRY before including norm_cpu_rows.h"
 #endif
 
+#include <ATen/Config.h>
 #include <ATen/Parallel.h>
+
+// With LibTorch's OpenMP backend, at::parallel_for is a `#pragma omp parallel` template: in a TU
+// built without -fopenmp it silently runs every row on one thread (src/CMakeLists.txt).
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#error "compile the norm kernel TUs with OpenMP (-fopenmp), or at::parallel_for runs serially"
+#endif
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/BFloat16.h>
