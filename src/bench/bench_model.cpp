@@ -420,6 +420,8 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   return report;
 }
 
+bool cudaAvailable() { return torch::cuda::is_available(); }
+
 nlohmann::json toJson(const ModelBenchReport& r) {
   auto spread = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}}; };
   nlohmann::json cases = nlohmann::json::array();

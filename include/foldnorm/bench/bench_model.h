@@ -90,6 +90,10 @@ struct ModelBenchReport {
 ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
                                std::ostream& progress);
 
+/// Whether LibTorch sees a CUDA device (torch::cuda::is_available()): lets code that includes no
+/// torch header (the GUI's device choice) offer `device = "cuda"` only where it can run.
+bool cudaAvailable();
+
 nlohmann::json toJson(const ModelBenchReport& report);
 
 /// Plain text: a header with the settings and the verification, then one row per length.
