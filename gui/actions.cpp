@@ -1,12 +1,15 @@
 // Everything a menu item, button or shortcut does. Work that can take longer than a frame is
 // submitted to a worker; its completion checks the model generation so that a result for a
 // model that was closed in the meantime is dropped.
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <sstream>
 
 #include "app.h"
+#include "bench_support.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/import/input_spec.h"
 #include "layout_task.h"
@@ -65,6 +68,10 @@ void openModel(App& app, const std::string& path, const std::vector<std::string>
       ui.selectedNode = kNone;
       ui.highlight = {};
       ui.fold = {};
+      // The benchmark's settings stay; its result was for the previous model.
+      ui.bench.report.reset();
+      ui.bench.error.clear();
+      ui.bench.seconds = 0;
       ui.fold.available = model->analysis.foldableCount() > 0;
       ui.scene = {};
       ui.fullScene.reset();
@@ -148,6 +155,81 @@ void exportImage(App& app, const std::string& path) {
       if (app.ui.generation == generation) {
         app.ui.statusMessage = "exported " + path + " (" + std::to_string(bytes / 1024) + " KiB)";
       }
+    };
+  });
+}
+
+void probeCuda(App& app) {
+  app.modelWorker.submit("probe CUDA", [](const Worker::Progress&) -> Worker::Completion {
+    const bool available = bench::cudaAvailable();
+    return [available](App& app) {
+      app.ui.bench.cudaProbed = true;
+      app.ui.bench.cudaAvailable = available;
+      if (!available && app.ui.bench.device != 0) app.ui.bench.device = 0;
+    };
+  });
+}
+
+bool benchRunning(const App& app) { return app.ui.bench.inFlight > 0; }
+
+// `foldnorm bench` from the GUI: runModelBench imports the model's file afresh, folds it with
+// verification and times both models per sequence length; its progress lines go to the status
+// bar. The completion is dropped (all but the in-flight count) if another model was opened.
+void startBench(App& app) {
+  UiState& ui = app.ui;
+  if (!ui.model) return;
+  BenchState& b = ui.bench;
+  bench::BenchModelOptions options;
+  try {
+    options.seqs = parseSequenceLengths(b.seqText);
+  } catch (const std::exception& e) {
+    b.error = ui.errorMessage = std::string("benchmark: ") + e.what();
+    return;
+  }
+  if (b.reps < 2) {
+    b.error = ui.errorMessage = "benchmark: reps must be at least 2 (a median and a spread)";
+    return;
+  }
+  const auto devices = b.devices();
+  options.device = devices[std::clamp(b.device, 0, static_cast<int>(devices.size()) - 1)];
+  static const char* kDtypes[] = {"float32", "bfloat16", "float16"};
+  options.dtype = kDtypes[std::clamp(b.dtype, 0, 2)];
+  options.reps = b.reps;
+  const std::string path = ui.model->imported.path;
+  const uint64_t generation = ui.generation;
+  b.error.clear();
+  ++b.inFlight;
+  app.modelWorker.submit("benchmark", [=](const Worker::Progress& progress) -> Worker::Completion {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const bench::ModelBenchReport> report;
+    std::string error;
+    {
+      LineCallbackBuf lines([&](const std::string& line) {
+        const std::string prefix = "[bench] ";
+        progress(line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : line);
+      });
+      std::ostream out(&lines);
+      try {
+        report = std::make_shared<const bench::ModelBenchReport>(
+            bench::runModelBench(path, options, out));
+      } catch (const std::exception& e) {
+        error = e.what();
+        if (auto nl = error.find('\n'); nl != std::string::npos) error.resize(nl);
+      }
+    }
+    const double seconds = secondsSince(t0);
+    return [=](App& app) {
+      BenchState& b = app.ui.bench;
+      --b.inFlight;
+      if (app.ui.generation != generation) return;
+      if (!error.empty()) {
+        b.error = error;
+        app.ui.errorMessage = "benchmark: " + error;
+        return;
+      }
+      b.report = report;
+      b.seconds = seconds;
+      app.ui.statusMessage = "benchmark done in " + std::to_string(seconds).substr(0, 5) + " s";
     };
   });
 }

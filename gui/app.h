@@ -15,6 +15,7 @@
 #include <imgui.h>
 
 #include "foldnorm/analysis/analysis.h"
+#include "foldnorm/bench/bench_model.h"
 #include "foldnorm/import/torchscript.h"
 #include "highlight.h"
 #include "scene.h"
@@ -41,6 +42,7 @@ struct FrameRecord {
   std::vector<std::string> inspectorText;  // every line the inspector drew
   std::size_t nodesDrawn = 0, edgesDrawn = 0, clustersDrawn = 0, labelsDrawn = 0;
   std::size_t lnRowsShown = 0;
+  std::size_t benchRowsShown = 0, benchBarsDrawn = 0;  // the benchmark panel's table and chart
 };
 
 struct OpenDialogState {
@@ -67,6 +69,25 @@ struct FoldState {
   bool equivalent = false;
 };
 
+/// The benchmark panel: its settings (kept across models) and the last result for this model.
+struct BenchState {
+  // settings
+  int device = 0;                // index into devices()
+  int dtype = 0;                 // 0 float32, 1 bfloat16, 2 float16
+  std::string seqText = "64,128";
+  int reps = 10;
+  bool cudaProbed = false;       // the model worker asked LibTorch once, at start
+  bool cudaAvailable = false;
+  std::vector<std::string> devices() const {
+    return cudaAvailable ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"};
+  }
+  // result (reset when another model is opened)
+  std::shared_ptr<const bench::ModelBenchReport> report;
+  double seconds = 0;            // wall time of the whole run (import, fold, verify, timing)
+  std::string error;             // the last run's failure, one line
+  int inFlight = 0;              // runs submitted and not yet completed (any model)
+};
+
 struct UiState {
   // ---- model ----
   std::shared_ptr<const LoadedModel> model;
@@ -86,6 +107,7 @@ struct UiState {
   bool showMinimap = true;
   bool showMetrics = false;
   bool showActions = true;
+  bool showBench = true;
   OpenDialogState open;
   PathPrompt saveReport;
   PathPrompt exportImage;
@@ -104,6 +126,7 @@ struct UiState {
 
   // ---- actions ----
   FoldState fold;
+  BenchState bench;
 
   // ---- measurements ----
   std::deque<float> frameMs;     // whole frame (UI build + GL render), most recent last
@@ -115,7 +138,7 @@ struct UiState {
 /// The context handed to every Draw*(): the state and the workers.
 struct App {
   UiState ui;
-  Worker modelWorker;   // import, analysis, fold
+  Worker modelWorker;   // import, analysis, fold, benchmark
   Worker layoutWorker;  // Graphviz layouts, so a long layout never delays a load
   App(std::function<void()> wake) : modelWorker("model", wake), layoutWorker("layout", wake) {}
 };
@@ -128,6 +151,9 @@ bool selectLayerNormByPath(App& app, const std::string& modulePath);
 void saveReport(App& app, const std::string& path);
 void exportImage(App& app, const std::string& path);
 void startFold(App& app);
+void startBench(App& app);
+bool benchRunning(const App& app);  // a benchmark is running or queued on the model worker
+void probeCuda(App& app);           // asks LibTorch (on the model worker) whether CUDA is usable
 void handleShortcuts(App& app);
 std::vector<std::string> splitInputSpecs(const std::string& text);
 
@@ -140,11 +166,12 @@ void DrawOpenDialog(App& app);
 void DrawPathPrompts(App& app);
 void DrawStatusBar(App& app);
 void DrawActions(App& app);
+void DrawBench(App& app);
 void DrawMetrics(App& app);
 
 /// Where the fixed windows go this frame (tiles of the main viewport below the menu bar).
 struct WindowLayout {
-  ImVec2 tablePos, tableSize, actionsPos, actionsSize, canvasPos, canvasSize, inspectorPos, inspectorSize, statusPos,
+  ImVec2 tablePos, tableSize, actionsPos, actionsSize, benchPos, benchSize, canvasPos, canvasSize, inspectorPos, inspectorSize, statusPos,
       statusSize;
 };
 WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHeight);

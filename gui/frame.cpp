@@ -41,15 +41,23 @@ WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHe
   const float statusHeight = ImGui::GetFrameHeightWithSpacing() + 6;
   const float top = menuHeight;
   const float bodyHeight = std::max(100.0f, display.y - top - statusHeight);
-  const float tableWidth = ui.showLnTable || ui.showActions ? std::clamp(display.x * 0.30f, 360.0f, 620.0f) : 0;
+  const bool leftColumn = ui.showLnTable || ui.showActions || ui.showBench;
+  const float tableWidth = leftColumn ? std::clamp(display.x * 0.30f, 360.0f, 620.0f) : 0;
   const float inspectorWidth = ui.showInspector ? std::clamp(display.x * 0.27f, 340.0f, 560.0f) : 0;
-  // The actions tile takes the lower part of the left column.
-  const float actionsHeight = ui.showActions ? std::clamp(bodyHeight * 0.26f, 140.0f, 300.0f) : 0;
+  // The left column: the LN table on top, then the Fold and Benchmark tiles. Without the table
+  // the tiles share the column; the last tile shown takes what is left.
+  float foldHeight = ui.showActions ? std::clamp(bodyHeight * 0.17f, 120.0f, 210.0f) : 0;
+  float benchHeight = ui.showBench ? std::clamp(bodyHeight * 0.34f, 250.0f, 400.0f) : 0;
+  if (!ui.showLnTable) {
+    if (ui.showBench) benchHeight = bodyHeight - foldHeight;
+    else foldHeight = bodyHeight;
+  }
   l.tablePos = {0, top};
-  l.tableSize = {tableWidth, bodyHeight - (ui.showLnTable ? actionsHeight : 0)};
+  l.tableSize = {tableWidth, ui.showLnTable ? bodyHeight - foldHeight - benchHeight : 0};
   l.actionsPos = {0, top + l.tableSize.y};
-  l.actionsSize = {ui.showLnTable ? tableWidth : std::clamp(display.x * 0.30f, 360.0f, 620.0f),
-                   ui.showLnTable ? actionsHeight : bodyHeight};
+  l.actionsSize = {tableWidth, foldHeight};
+  l.benchPos = {0, l.actionsPos.y + foldHeight};
+  l.benchSize = {tableWidth, benchHeight};
   l.canvasPos = {tableWidth, top};
   l.canvasSize = {std::max(100.0f, display.x - tableWidth - inspectorWidth), bodyHeight};
   l.inspectorPos = {display.x - inspectorWidth, top};
@@ -83,6 +91,7 @@ void DrawMainMenu(App& app) {
     ImGui::MenuItem("LayerNorm table", "Ctrl+1", &ui.showLnTable);
     ImGui::MenuItem("Inspector", "Ctrl+2", &ui.showInspector);
     ImGui::MenuItem("Fold", "Ctrl+3", &ui.showActions);
+    ImGui::MenuItem("Benchmark", "Ctrl+4", &ui.showBench);
     ImGui::MenuItem("Minimap", "M", &ui.showMinimap);
     ImGui::MenuItem("Frame times", nullptr, &ui.showMetrics);
     ImGui::EndMenu();
@@ -90,7 +99,7 @@ void DrawMainMenu(App& app) {
   if (ImGui::BeginMenu("Help")) {
     ImGui::TextUnformatted(
         "Ctrl+O open   Ctrl+S save report   Ctrl+E export view   Ctrl+F search LNs\n"
-        "Ctrl+Shift+F fold and verify\n"
+        "Ctrl+Shift+F fold and verify   Ctrl+B benchmark original vs folded\n"
         "Up/Down or J/K: previous/next LN   F fit   C center on selection   M minimap\n"
         "Canvas: drag to pan, wheel to zoom, click a node to inspect it,\n"
         "double-click a module to expand or collapse it.");
@@ -194,9 +203,15 @@ void handleShortcuts(App& app) {
     if (ImGui::IsKeyPressed(GLFW_KEY_1, false)) ui.showLnTable = !ui.showLnTable;
     if (ImGui::IsKeyPressed(GLFW_KEY_2, false)) ui.showInspector = !ui.showInspector;
     if (ImGui::IsKeyPressed(GLFW_KEY_3, false)) ui.showActions = !ui.showActions;
+    if (ImGui::IsKeyPressed(GLFW_KEY_4, false)) ui.showBench = !ui.showBench;
     const bool idle = app.modelWorker.idle() && ui.model && ui.model->analysis.foldableCount() > 0;
     if (io.KeyShift && ImGui::IsKeyPressed(GLFW_KEY_F, false) && idle) {
       startFold(app);
+      return;
+    }
+    if (!io.KeyShift && ImGui::IsKeyPressed(GLFW_KEY_B, false) && idle) {
+      ui.showBench = true;
+      startBench(app);
       return;
     }
     if (ImGui::IsKeyPressed(GLFW_KEY_Q, false)) glfwSetWindowShouldClose(glfwGetCurrentContext(), 1);
@@ -232,6 +247,10 @@ void DrawFrame(App& app) {
   if (ui.showActions) {
     place(l.actionsPos, l.actionsSize);
     DrawActions(app);
+  }
+  if (ui.showBench) {
+    place(l.benchPos, l.benchSize);
+    DrawBench(app);
   }
   place(l.canvasPos, l.canvasSize);
   DrawCanvas(app);

@@ -20,6 +20,7 @@ HeadlessRun::HeadlessRun(HeadlessOptions options)
 bool HeadlessRun::ready(const App& app) const {
   if (!app.modelWorker.idle() || !app.layoutWorker.idle()) return false;
   if (!app.ui.errorMessage.empty()) return true;  // show the error, then fail
+  if (options_.bench && !app.ui.bench.report) return false;
   return app.ui.model && !app.ui.scene.empty() && app.ui.camera.centerOn == kNone &&
          !app.ui.camera.fitRequested;
 }
@@ -29,7 +30,8 @@ HeadlessRun::Step HeadlessRun::afterFrame(App& app, int width, int height) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (elapsed > options_.timeoutSeconds) {
     std::cerr << "foldnorm-gui: error: not ready after " << options_.timeoutSeconds
-              << " s (loading or layout still running); raise --timeout\n";
+              << " s (loading, layout" << (options_.bench ? " or the benchmark" : "")
+              << " still running); raise --timeout\n";
     return Step::Failed;
   }
   if (!ready(app)) {
@@ -80,6 +82,25 @@ bool saveFramebufferPng(const std::string& path, int width, int height, std::str
 
 namespace {
 
+// The benchmark panel: the library's report (format foldnorm-bench/1, as `foldnorm bench --json`
+// writes it) and what the panel drew from it.
+nlohmann::json benchState(const App& app) {
+  const UiState& ui = app.ui;
+  const BenchState& b = ui.bench;
+  nlohmann::json j;
+  j["running"] = benchRunning(app);
+  j["error"] = b.error;
+  j["settings"] = {{"device", b.devices()[std::clamp(b.device, 0, static_cast<int>(b.devices().size()) - 1)]},
+                   {"seq", b.seqText},
+                   {"reps", b.reps},
+                   {"cudaAvailable", b.cudaAvailable}};
+  j["report"] = b.report ? bench::toJson(*b.report) : nlohmann::json(nullptr);
+  j["seconds"] = b.seconds;
+  j["tableRows"] = ui.record.benchRowsShown;
+  j["barsDrawn"] = ui.record.benchBarsDrawn;
+  return j;
+}
+
 nlohmann::json frameStats(const std::deque<float>& ms, std::size_t last) {
   std::vector<float> v(ms.end() - std::min(last, ms.size()), ms.end());
   nlohmann::json j;
@@ -129,6 +150,7 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
   }
   j["panels"] = panels;
   j["inspectorText"] = ui.record.inspectorText;
+  j["bench"] = benchState(app);
   j["lnTableRows"] = ui.record.lnRowsShown;
   j["canvas"] = {{"sceneNodes", ui.scene.nodes.size()},
                  {"sceneEdges", ui.scene.edges.size()},

@@ -17,6 +17,11 @@ struct HeadlessOptions {
   std::string dumpState;
   int frames = 5;
   double timeoutSeconds = 600;
+  // --bench: run the benchmark once the model is laid out, and wait for its result.
+  bool bench = false;
+  std::string benchSeq;            // as the panel's field: "16" or "64,128"
+  int benchReps = 5;
+  std::string benchDevice = "cpu";
   bool enabled() const { return !screenshot.empty(); }
 };
 

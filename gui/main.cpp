@@ -1,5 +1,6 @@
 // foldnorm-gui [MODEL.pt] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
-//              [--dump-state STATE.json]]
+//              [--dump-state STATE.json]] [--bench [--bench-seq 64,128] [--bench-reps N]
+//              [--bench-device cpu|cuda]]
 // Only the platform here: command line, GLFW window, OpenGL context, Dear ImGui backends and the
 // frame loop. What a frame shows is frame.cpp; the windows are view_*.cpp.
 #include <GLFW/glfw3.h>
@@ -8,6 +9,7 @@
 #include <imgui_impl_opengl3.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cfloat>
 #include <cstdio>
@@ -55,6 +57,15 @@ int main(int argc, char** argv) {
   cli.add_option("--timeout", headless.timeoutSeconds,
                  "With --screenshot: give up after this many seconds")
       ->capture_default_str();
+  cli.add_flag("--bench", headless.bench,
+               "Benchmark original vs folded once the model is laid out (with --screenshot: "
+               "before the screenshot, its result in --dump-state)");
+  cli.add_option("--bench-seq", headless.benchSeq,
+                 "With --bench: sequence lengths, comma-separated (default: the model's own)");
+  cli.add_option("--bench-reps", headless.benchReps, "With --bench: timed rounds per length")
+      ->capture_default_str();
+  cli.add_option("--bench-device", headless.benchDevice, "With --bench: cpu or cuda")
+      ->capture_default_str();
   cli.add_option("--width", width, "Window width")->capture_default_str();
   cli.add_option("--height", height, "Window height")->capture_default_str();
   CLI11_PARSE(cli, argc, argv);
@@ -94,6 +105,12 @@ int main(int argc, char** argv) {
   int rc = 0;
   {
     App app([] { glfwPostEmptyEvent(); });
+    probeCuda(app);  // first on the model worker: the Benchmark panel offers cuda only if usable
+    if (headless.bench) {
+      app.ui.bench.seqText = headless.benchSeq;
+      app.ui.bench.reps = headless.benchReps;
+    }
+    bool pendingBench = headless.bench && !modelPath.empty();
     if (!modelPath.empty()) openModel(app, modelPath, inputSpecs);
     else app.ui.open.visible = app.ui.open.focusPath = true;
     HeadlessRun run(headless);
@@ -101,8 +118,11 @@ int main(int argc, char** argv) {
 
     while (!glfwWindowShouldClose(window)) {
       const bool busy = !app.modelWorker.idle() || !app.layoutWorker.idle();
-      // Idle: sleep until input (or a worker's wake-up); busy: keep the progress moving.
-      if (headless.enabled() || busy) glfwPollEvents();
+      // Idle: sleep until input (or a worker's wake-up); busy: keep the progress moving. While a
+      // benchmark times the models, redraw 4 times a second only, so the window (Mesa renders in
+      // software) takes as little CPU from the timed forwards as it can.
+      if (benchRunning(app)) glfwWaitEventsTimeout(0.25);
+      else if (headless.enabled() || busy) glfwPollEvents();
       else glfwWaitEventsTimeout(0.5);
       const auto frameStart = std::chrono::steady_clock::now();
       app.modelWorker.drain(app);
@@ -112,6 +132,23 @@ int main(int argc, char** argv) {
           app.ui.errorMessage = "--select " + pendingSelect + ": no LayerNorm with that module path";
         }
         pendingSelect.clear();
+      }
+      // --bench: once the model is laid out (Graphviz no longer competes for the CPU) and the
+      // CUDA probe has answered.
+      if (pendingBench && app.ui.model && pendingSelect.empty() && app.layoutWorker.idle() &&
+          !app.ui.scene.empty() && app.ui.bench.cudaProbed) {
+        pendingBench = false;
+        const auto devices = app.ui.bench.devices();
+        const auto it = std::find(devices.begin(), devices.end(), headless.benchDevice);
+        if (it == devices.end()) {
+          app.ui.errorMessage = "--bench-device " + headless.benchDevice +
+                                (headless.benchDevice == "cuda"
+                                     ? ": LibTorch sees no CUDA device here"
+                                     : ": not a device (use cpu or cuda)");
+        } else {
+          app.ui.bench.device = static_cast<int>(it - devices.begin());
+          startBench(app);
+        }
       }
 
       ImGui_ImplOpenGL3_NewFrame();

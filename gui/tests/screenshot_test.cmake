@@ -1,6 +1,7 @@
 # Runs foldnorm-gui headless under xvfb-run (Mesa's software OpenGL) and judges the result.
 # cmake -DGUI=... -DCHECK=... -DMODEL=... -DLN=... -DEXPECT=foldable|not-foldable -DOUT=dir
 #       [-DFOLDNORM=... -DZOO=gpt2 -DPRESET=tiny]  (build MODEL with the zoo first)
+#       [-DBENCH_SEQ=16 [-DBENCH_REPS=4]]  (run the benchmark panel first; check its result)
 #       -P screenshot_test.cmake
 foreach(var GUI CHECK MODEL LN OUT)
   if(NOT DEFINED ${var})
@@ -19,15 +20,24 @@ get_filename_component(name ${MODEL} NAME_WE)
 set(png ${OUT}/${name}.png)
 set(state ${OUT}/${name}.json)
 file(REMOVE ${png} ${state})
+set(bench_args)
+set(check_args)
+if(DEFINED BENCH_SEQ)
+  if(NOT DEFINED BENCH_REPS)
+    set(BENCH_REPS 4)
+  endif()
+  set(bench_args --bench --bench-seq ${BENCH_SEQ} --bench-reps ${BENCH_REPS})
+  set(check_args --bench ${BENCH_SEQ})
+endif()
 find_program(XVFB_RUN xvfb-run REQUIRED)
 execute_process(
   COMMAND ${XVFB_RUN} -a -s "-screen 0 1600x1000x24" ${GUI} ${MODEL} --screenshot ${png}
-          --select ${LN} --frames 5 --dump-state ${state} --timeout 300
+          --select ${LN} --frames 5 --dump-state ${state} --timeout 300 ${bench_args}
   RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "foldnorm-gui --screenshot failed (${rc})")
 endif()
-execute_process(COMMAND ${CHECK} ${png} ${state} ${LN} ${EXPECT} RESULT_VARIABLE rc)
+execute_process(COMMAND ${CHECK} ${png} ${state} ${LN} ${EXPECT} ${check_args} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "screenshot checks failed; see ${png} and ${state}")
 endif()
