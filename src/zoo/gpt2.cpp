@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "foldnorm/common/error.h"
 #include "layers.h"
 
 namespace foldnorm::zoo {
@@ -17,7 +18,13 @@ struct Gpt2Config {
 Gpt2Config configFor(const std::string& preset) {
   if (preset == "tiny") return {2, 64, 4, 1000, 64};
   if (preset == "small") return {12, 768, 12, 50257, 1024};
-  return {24, 1024, 16, 50257, 1024};  // medium
+  if (preset == "medium") return {24, 1024, 16, 50257, 1024};
+  if (preset == "large") return {36, 1280, 20, 50257, 1024};
+  if (preset == "xl") return {48, 1600, 25, 50257, 1024};
+  // GPT-2-XL's graph (48 blocks, the same ops and edges) at width 64 and a small vocabulary:
+  // what analysis and rendering cost depends on, without XL's 6 GB of weights.
+  if (preset == "xl-graph") return {48, 64, 4, 1000, 1024};
+  throw Error("gpt2: unknown preset '" + preset + "'");
 }
 
 // HF's Conv1D: a linear layer with the weight stored [in, out]; the forward flattens the
@@ -175,7 +182,7 @@ ZooEntry gpt2Entry() {
            "GPT-2 decoder: pre-LN blocks with Conv1D (addmm) projections, final ln_f, lm_head "
            "tied to wte",
            "Hugging Face transformers GPT2LMHeadModel (eager attention)",
-           {"tiny", "small", "medium"},
+           {"tiny", "small", "medium", "large", "xl", "xl-graph"},
            "small"},
           &build};
 }

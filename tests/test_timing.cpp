@@ -1,0 +1,36 @@
+// The analysis timer behind `foldnorm bench-analysis` and analyses/foldability_table.cpp: it
+// times the analysis itself, reports the graph's size, and its statistics are consistent.
+#include <catch2/catch.hpp>
+
+#include "foldnorm/analysis/timing.h"
+#include "foldnorm/common/error.h"
+#include "helpers.h"
+
+using namespace foldnorm;
+
+TEST_CASE("the analysis timer reports the graph's size and ordered statistics", "[analysis][timing]") {
+  std::string ir =
+      "graph(%x : Tensor, %fc__weight : Tensor, %fc__bias : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n"
+      "  %y : Tensor = aten::linear(%x, %fc__weight, %fc__bias)\n" +
+      test::layerNorm("y", "z", 8) + "  return (%z)\n";
+  IrModel m{ir,
+            {parseInputSpec("2x3x4")},
+            {{"fc__weight", parseInputSpec("8x4")},
+             {"fc__bias", parseInputSpec("8")},
+             {"ln_w", parseInputSpec("8")},
+             {"ln_b", parseInputSpec("8")}}};
+  auto a = test::analyzeIr(m);
+  auto t = timeAnalysis(a.model.graph, {}, 7);
+  CHECK(t.reps == 7);
+  CHECK(t.samplesMs.size() == 7);
+  CHECK(t.nodes == a.model.graph.nodeCount());
+  CHECK(t.values == a.model.graph.valueCount());
+  std::size_t uses = 0;
+  for (const auto& n : a.model.graph.nodes()) uses += n.inputs.size();
+  CHECK(t.uses == uses);
+  CHECK(t.minMs > 0);
+  CHECK(t.minMs <= t.p10Ms);
+  CHECK(t.p10Ms <= t.medianMs);
+  CHECK(t.medianMs <= t.p90Ms);
+  CHECK_THROWS_AS(timeAnalysis(a.model.graph, {}, 0), Error);
+}
