@@ -18,7 +18,11 @@ step "foldnorm analyze out/gpt2.pt"
 "$bin" analyze "$out/gpt2.pt"
 step "foldnorm fold out/gpt2.pt -o out/gpt2-folded.pt"
 "$bin" fold "$out/gpt2.pt" -o "$out/gpt2-folded.pt"
-if "$bin" bench --help >/dev/null 2>&1; then
-  step "foldnorm bench out/gpt2.pt (CPU)"
-  "$bin" bench "$out/gpt2.pt" --seq 64,128 --reps 5
-fi
+# The tiny preset has 64 positions; GPT-2 small has 1024.
+seqs=32,64
+[ "$preset" = tiny ] || seqs=64,128
+step "foldnorm bench out/gpt2.pt --seq $seqs (CPU)"
+"$bin" bench "$out/gpt2.pt" --seq "$seqs" --reps 5
+step "foldnorm render out/gpt2.pt -o out/gpt2-ln.svg --view ln:transformer.h.1.ln_2"
+"$bin" render "$out/gpt2.pt" -o "$out/gpt2-ln.svg" --view ln:transformer.h.1.ln_2
+echo "wrote out/gpt2-folded.pt (run it from Python: README.md) and out/gpt2-ln.svg"

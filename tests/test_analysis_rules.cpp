@@ -67,7 +67,7 @@ TEST_CASE("matmul with a transposed parameter maps the axis back through t", "[a
   CHECK(a.planFor("w")->actions.at(0).axis == 0);
 }
 
-TEST_CASE("an embedding is centered row by row; a position table entering the sum directly too",
+TEST_CASE("an embedding is centered row by row, and a position table entering the sum directly too",
           "[analysis][leaf]") {
   // tok[ids] + pos: each row of both tables sums to zero after centering along dim 1.
   auto a = analyzeIr({"graph(%ids : Tensor, %wte : Tensor, %wpe : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n"
@@ -100,7 +100,7 @@ TEST_CASE("x - x.mean(-1, keepdim) is mean-zero with nothing to center", "[analy
   CHECK(a.result.plan.empty());
 }
 
-TEST_CASE("grouped convolutions center per group; depthwise ones cannot be centered", "[analysis][leaf]") {
+TEST_CASE("grouped convolutions center per group, depthwise ones cannot be centered", "[analysis][leaf]") {
   auto ir = [](int groups) {
     return "graph(%x : Tensor, %w : Tensor, %b : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n"
            "  %s : int[] = prim::Constant[value=[1, 1]]()\n"
@@ -352,6 +352,8 @@ TEST_CASE("a pre-LN model that returns its hidden states cannot fold: the caller
     CHECK_FALSE(a.ln(1).foldable);
     CHECK(a.ln(1).reason == VerdictReason::UnsafeShift);
     CHECK(a.model.graph.node(a.ln(1).consumer).kind == "prim::Return");
+    // Named as the caller indexes it: element 1 of the returned tuple, not "output 0".
+    CHECK_THAT(a.ln(1).explanation, Catch::Contains("model output 0.1:"));
     CHECK(a.result.plan.empty());
   }
   SECTION("returning only the final LN output folds both") {

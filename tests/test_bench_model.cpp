@@ -175,3 +175,30 @@ TEST_CASE("the model bench rejects options it cannot time honestly", "[bench]") 
     CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--seq"));
   }
 }
+
+TEST_CASE("the model bench refuses a model where nothing folds: it would compare a model with itself",
+          "[bench]") {
+  ScratchDir dir;
+  auto path = (dir.path / "llama-tiny.pt").string();
+  foldnorm::ZooBuildOptions options;
+  options.preset = "tiny";  // RMSNorm written out: no aten::layer_norm at all
+  foldnorm::buildZooModel("llama", path, options);
+  std::ostringstream progress;
+  CHECK_THROWS_WITH(runModelBench(path, quickOptions(), progress),
+                    Catch::Contains("nothing to compare") && Catch::Contains("no LayerNorm"));
+}
+
+TEST_CASE("the model bench takes --input specs instead of the embedded one", "[bench]") {
+  ScratchDir dir;
+  auto path = buildTinyGpt2(dir);
+  auto o = quickOptions();
+  o.inputSpecs = {"1x8:int64[0,1000)"};
+  std::ostringstream progress;
+  auto r = runModelBench(path, o, progress);
+  REQUIRE(r.cases.size() == 1);
+  CHECK(r.cases[0].seq == 8);
+  CHECK(r.cases[0].items == 8);
+  checkTimed(r.cases[0]);
+  o.inputSpecs = {"1x8:float32"};  // token ids must be integers: the model's own error, named
+  CHECK_THROWS_AS(runModelBench(path, o, progress), foldnorm::Error);
+}

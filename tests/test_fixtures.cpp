@@ -4,6 +4,10 @@
 // and every fold must verify in float64.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -95,8 +99,15 @@ TEST_CASE("bad inputs give one clear error", "[fixtures][errors]") {
     CHECK_THROWS_WITH(importTorchScript(fixturePath("scripted_control_flow.pt")),
                       Catch::Contains("control flow") && Catch::Contains("prim::If"));
   }
-  SECTION("a torch.save file is not TorchScript") {
-    CHECK_THROWS_AS(importTorchScript(fixturePath("not_torchscript.pt")), Error);
+  SECTION("a torch.save file is not TorchScript, and is called what it is") {
+    CHECK_THROWS_WITH(importTorchScript(fixturePath("not_torchscript.pt")),
+                      Catch::Contains("is a torch.save file") && Catch::Contains("torch.jit.trace"));
+  }
+  SECTION("a file that is not a zip archive at all") {
+    auto path = std::filesystem::temp_directory_path() / ("foldnorm-not-zip-" + std::to_string(::getpid()) + ".pt");
+    std::ofstream(path) << "hello, not a model\n";
+    CHECK_THROWS_WITH(importTorchScript(path.string()), Catch::Contains("not a zip file"));
+    std::remove(path.c_str());
   }
   SECTION("a truncated archive") {
     CHECK_THROWS_AS(importTorchScript(fixturePath("truncated.pt")), Error);

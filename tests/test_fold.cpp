@@ -132,15 +132,28 @@ TEST_CASE("no untie (--no-untie) keeps a tied model unchanged and explains why",
   CHECK(folded.report.verification.worstRelative64 == 0.0);
 }
 
-TEST_CASE("only (--only) with no matching LayerNorm centers nothing", "[fold]") {
+TEST_CASE("only (--only) folds just the named LayerNorm, and a name that matches none is an error", "[fold]") {
+  auto dir = tempDir();
+  auto modelPath = dir + "/gpt2-only.pt";
+  ZooBuildOptions zo;
+  zo.preset = "tiny";
+  buildZooModel("gpt2", modelPath, zo);
+  auto model = importTorchScript(modelPath);
   AnalysisOptions ao;
   ao.only = {"no.such.norm"};
-  auto a = analyzeIr(preLnModel(false), ao);
-  for (const auto& v : a.result.layerNorms) CHECK(v.reason == VerdictReason::NotSelected);
-  CHECK(a.result.plan.empty());
-  auto folded = foldModel(a.model, a.result);
-  CHECK(folded.report.folded.empty());
-  CHECK(folded.report.verification.worstRelative64 == 0.0);
+  CHECK_THROWS_WITH(analyzeFoldability(model.graph, ao), Catch::Contains("--only no.such.norm"));
+  ao.only = {"transformer.ln_f"};
+  auto result = analyzeFoldability(model.graph, ao);
+  REQUIRE(result.layerNorms.size() == 5);
+  for (const auto& v : result.layerNorms) {
+    INFO(v.info.modulePath);
+    CHECK(v.foldable == (v.info.modulePath == "transformer.ln_f"));
+    if (!v.foldable) CHECK(v.reason == VerdictReason::NotSelected);
+  }
+  auto folded = foldModel(model, result);
+  CHECK(folded.report.folded.size() == 1);
+  CHECK(folded.report.verification.float64Equivalent);
+  removeTree(dir);
 }
 
 TEST_CASE("float64 verification re-types every baked float32 dtype, even one constant used many times",
@@ -177,7 +190,7 @@ TEST_CASE("float64 verification re-types every baked float32 dtype, even one con
   CHECK(folded.report.verification.worstRelative64 < 1e-12);
 }
 
-TEST_CASE("a saved fold loads in C++ and writes atomically; bad output paths are refused", "[fold][io]") {
+TEST_CASE("a saved fold loads in C++ and writes atomically, and bad output paths are refused", "[fold][io]") {
   auto a = analyzeIr(preLnModel(false));
   auto folded = foldModel(a.model, a.result);
   auto dir = tempDir();

@@ -1,4 +1,5 @@
 #include "foldnorm/analysis/analysis.h"
+#include "foldnorm/common/error.h"
 
 #include <algorithm>
 #include <chrono>
@@ -102,6 +103,21 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
           check.safe = false;
           check.consumer = use.node;
           check.why = outcome.why;
+          if (use.node == g.returnNode()) {
+            // Name the output as the caller indexes it: a tuple of outputs reaches the return
+            // as one value, so follow the shift back through the bundles it went through.
+            std::string index;
+            ValueId cur = v;
+            for (auto it = parent.find(cur); it != parent.end(); it = parent.find(cur)) {
+              const auto& via = g.node(it->second.second);
+              if (via.kind != "prim::TupleConstruct" && via.kind != "prim::ListConstruct") break;
+              auto pos = std::find(via.inputs.begin(), via.inputs.end(), it->second.first) - via.inputs.begin();
+              index = "." + std::to_string(pos) + index;
+              cur = it->second.first;
+            }
+            check.why = "model output " + std::to_string(use.slot) + index +
+                        ": the caller would see the changed value";
+          }
           check.path = pathTo(v, use.node);
           check.absorbers.assign(absorbers.begin(), absorbers.end());
           return check;
@@ -172,6 +188,9 @@ AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options
 
   // ---- phase 2: candidates ----
   auto infos = findLayerNorms(g);
+  for (const auto& path : options.only)
+    if (std::none_of(infos.begin(), infos.end(), [&](const auto& ln) { return ln.modulePath == path; }))
+      throw Error("--only " + path + ": no LayerNorm with that module path (foldnorm analyze lists them)");
   std::vector<bool> candidate(infos.size(), false);
   for (std::size_t i = 0; i < infos.size(); ++i) {
     LayerNormVerdict v;

@@ -355,8 +355,17 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   ImportOptions importOptions;
   importOptions.seed = options.seed;
   importOptions.progress = say;
+  for (const auto& s : options.inputSpecs) importOptions.inputs.push_back(parseInputSpec(s));
   const auto model = importTorchScript(modelPath, importOptions);
   const auto analysis = analyzeFoldability(model.graph);
+  if (analysis.foldableCount() == 0) {
+    // Two copies of one model: any measured difference would be noise (or warm-up order)
+    // presented as a speed-up.
+    throw Error("bench: no LayerNorm of " + modelPath + " folds (" +
+                std::to_string(analysis.layerNorms.size()) +
+                " found), so original and folded would be the same model; nothing to compare "
+                "(see `foldnorm analyze`)");
+  }
   FoldOptions foldOptions;
   foldOptions.verify = true;
   foldOptions.randomInputs = options.verifyRandomInputs;

@@ -27,7 +27,8 @@ void setup(CLI::App& app, int& exitCode) {
       "bench",
       "Fold a model in memory (verified in float32 and float64), then time the original and the "
       "folded model end to end, interleaved in one run, per sequence length; progress on stderr");
-  cmd->add_option("model", args->model, "TorchScript file (.pt) with an embedded input spec")->required();
+  cmd->add_option("model", args->model, "TorchScript file (.pt)")->required();
+  addInputOption(*cmd, o.inputSpecs);
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--seq", o.seqs,
                   "Comma-separated sequence lengths: the last dim of every integer input "

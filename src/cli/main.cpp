@@ -41,6 +41,14 @@ int main(int argc, char** argv) {
   std::sort(registry.begin(), registry.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   for (auto& entry : registry) entry.setup(app, exitCode);
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(registry.begin(), registry.end(), [&](const auto& e) { return e.name == argv[1]; })) {
+    std::string names;
+    for (const auto& e : registry) names += (names.empty() ? "" : ", ") + e.name;
+    std::cerr << "foldnorm: error: unknown command '" << argv[1] << "'; the commands are " << names
+              << " (foldnorm --help)\n";
+    return 106;  // CLI11's exit code for a missing or wrong subcommand
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

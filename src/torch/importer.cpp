@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <filesystem>
@@ -80,8 +81,26 @@ std::optional<ConstantValue> constantOf(const c10::IValue& iv) {
 }
 
 /// Failures of torch::jit::load, said in the user's terms.
-[[noreturn]] void throwLoadError(const std::string& path, const c10::Error& e) {
+[[noreturn]] void throwLoadError(const std::string& path, const std::string& archive, const c10::Error& e) {
   std::string msg = e.what_without_backtrace();
+  // A readable zip without TorchScript code: a torch.save file (state dict, pickled tensors or a
+  // pickled nn.Module), which jit::load reports as a corrupted checkpoint.
+  try {
+    std::istringstream in(archive);
+    caffe2::serialize::PyTorchStreamReader reader(&in);
+    bool code = false, data = false;
+    for (const auto& r : reader.getAllRecords()) {
+      code = code || r.rfind("code/", 0) == 0;
+      data = data || r == "data.pkl";
+    }
+    if (!code && data)
+      throw Error("'" + path + "' is a torch.save file (pickled tensors, a state dict or a pickled "
+                  "module), not a TorchScript module: save the model with "
+                  "torch.jit.trace(model, example_inputs).save(path)");
+  } catch (const c10::Error&) {
+    // not even a readable zip: the messages below say so
+  }
+  // Any message below quotes only the first line of LibTorch's.
   if (msg.find("central directory") != std::string::npos ||
       msg.find("failed reading zip archive") != std::string::npos ||
       msg.find("file in archive is not in a subdirectory") != std::string::npos)
@@ -585,11 +604,16 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
     std::ifstream file(path, std::ios::binary);
     archive->assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
   }
+  // torch.jit.save writes a zip archive: anything else is said plainly, before LibTorch's
+  // stream reader reports it as "getting the current position".
+  if (archive->size() < 22 || archive->compare(0, 4, "PK\x03\x04") != 0)
+    throw Error("'" + path + "' is not a TorchScript archive (" + std::to_string(archive->size()) +
+                " bytes, not a zip file; torch.jit.save writes a zip archive)");
   try {
     std::istringstream in(*archive);
     module = jit::load(in, c10::Device(c10::kCPU), extra);
   } catch (const c10::Error& e) {
-    throwLoadError(path, e);
+    throwLoadError(path, *archive, e);
   }
   std::vector<InputSpec> specs = options.inputs;
   bool fromModel = false;

@@ -39,6 +39,7 @@ struct BenchModelOptions {
   int threads = 0;                // CPU intra-op threads; 0: leave LibTorch's default
   int verifyRandomInputs = 2;     // random input sets for the fold verification
   uint64_t seed = 0;
+  std::vector<std::string> inputSpecs;  // --input specs; empty: the model's embedded spec
 };
 
 /// Median and p10-p90 of a set of samples.
