@@ -99,10 +99,13 @@ void selectLayerNorm(App& app, int index, bool centerView) {
   ui.selectedNode = lns[index].info.node;
   ui.highlight = computeHighlight(ui.model->imported.graph, ui.model->analysis, index);
   ui.scrollTableToSelection = true;
-  if (centerView) ui.camera.centerOn = ui.selectedNode;
+  const LayerNormVerdict& v = lns[index];
+  if (centerView) {
+    ui.camera.centerOn = ui.selectedNode;
+    ui.camera.alsoShow = v.breaker != kNone ? v.breaker : v.consumer;
+  }
   // Open the LN's own block, and the breaker's or consumer's, so the explanation is visible;
   // the rest of a long path stays collapsed (its blocks are outlined instead).
-  const LayerNormVerdict& v = lns[index];
   expandBlocksOf(app, {v.info.node, v.breaker, v.consumer});
 }
 

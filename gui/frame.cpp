@@ -44,10 +44,18 @@ WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHe
   const bool leftColumn = ui.showLnTable || ui.showActions || ui.showBench;
   const float tableWidth = leftColumn ? std::clamp(display.x * 0.30f, 360.0f, 620.0f) : 0;
   const float inspectorWidth = ui.showInspector ? std::clamp(display.x * 0.27f, 340.0f, 560.0f) : 0;
-  // The left column: the LN table on top, then the Fold and Benchmark tiles. Without the table
-  // the tiles share the column; the last tile shown takes what is left.
-  float foldHeight = ui.showActions ? std::clamp(bodyHeight * 0.17f, 120.0f, 210.0f) : 0;
-  float benchHeight = ui.showBench ? std::clamp(bodyHeight * 0.34f, 250.0f, 400.0f) : 0;
+  // The left column: the LN table on top, then the Fold and Benchmark tiles, each only as tall
+  // as its controls until it has results to show, so the table keeps the room until then.
+  // Without the table the tiles share the column; the last tile shown takes what is left.
+  const float titleBar = ImGui::GetFrameHeight(), row = ImGui::GetFrameHeightWithSpacing();
+  const float padding = 2 * ImGui::GetStyle().WindowPadding.y;
+  float foldHeight = !ui.showActions ? 0
+                     : ui.fold.summary ? std::clamp(bodyHeight * 0.17f, 120.0f, 210.0f)
+                                       : titleBar + row + padding;
+  const bool benchBusy = ui.bench.inFlight > 0 || !ui.bench.error.empty();
+  float benchHeight = !ui.showBench ? 0
+                      : ui.bench.report ? std::clamp(bodyHeight * 0.34f, 250.0f, 400.0f)
+                                        : titleBar + (benchBusy ? 5 : 3) * row + padding;
   if (!ui.showLnTable) {
     if (ui.showBench) benchHeight = bodyHeight - foldHeight;
     else foldHeight = bodyHeight;

@@ -53,7 +53,15 @@ void startLayout(App& app, const std::set<int>& expandedIn, bool initial, bool r
       ui.fullScene = fullScene;
       ui.scene = std::move(*canvas);
       if (first) ui.camera.fitRequested = true;
-      if (recenter && ui.selectedNode != kNone) ui.camera.centerOn = ui.selectedNode;
+      if (recenter && ui.selectedNode != kNone) {
+        ui.camera.centerOn = ui.selectedNode;
+        if (ui.selectedLn >= 0) {
+          const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];
+          if (v.info.node == ui.selectedNode) {
+            ui.camera.alsoShow = v.breaker != kNone ? v.breaker : v.consumer;
+          }
+        }
+      }
       // A selection made before the first layout (--select, or a quick click) opens its block now.
       if (first && ui.selectedLn >= 0) {
         const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];

@@ -75,6 +75,8 @@ struct CanvasCamera {
   float zoom = 1.0f;     // screen pixels per layout point
   bool fitRequested = true;
   NodeId centerOn = kNone;  // pending: center on the box showing this graph node
+  NodeId alsoShow = kNone;  // with centerOn: keep this node in view too (the selected LN's
+                            // breaker or unsafe consumer) if labels stay legible
   int centerOnBlock = -1;   // pending: center on this block once laid out
 };
 

@@ -85,8 +85,26 @@ void applyCameraRequests(UiState& ui, const View& view) {
       cam.center = ImVec2((n.min.x + n.max.x) * 0.5f, (n.min.y + n.max.y) * 0.5f);
       // Readable, but keep some context around the node.
       cam.zoom = std::clamp(cam.zoom, 1.3f, 2.0f);
+      // A blocked LN's breaker (or the consumer that sees a shift) is the other half of the
+      // explanation: show both ends of the path if that still leaves the labels legible
+      // (11 pt labels are drawn from 7 px, zoom 0.64); otherwise the LN alone, the orange path
+      // leaving the view towards the breaker.
+      const int j = cam.alsoShow != kNone ? scene.canvasIndexOf(cam.alsoShow) : -1;
+      if (j >= 0 && j != i) {
+        const CanvasNode& m = scene.nodes[j];
+        const ImVec2 lo(std::min(n.min.x, m.min.x), std::min(n.min.y, m.min.y));
+        const ImVec2 hi(std::max(n.max.x, m.max.x), std::max(n.max.y, m.max.y));
+        // 0.75 of the canvas: the legend and the verdict caption cover its top corners.
+        const float both = std::min(view.size.x / std::max(1.0f, hi.x - lo.x),
+                                    view.size.y / std::max(1.0f, hi.y - lo.y)) * 0.75f;
+        if (both >= 0.75f) {
+          cam.zoom = std::min(cam.zoom, both);
+          cam.center = ImVec2((lo.x + hi.x) * 0.5f, (lo.y + hi.y) * 0.5f);
+        }
+      }
     }
     cam.centerOn = kNone;
+    cam.alsoShow = kNone;
   }
 }
 

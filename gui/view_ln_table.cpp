@@ -51,12 +51,24 @@ void DrawLnTable(App& app) {
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                 ImGuiTableFlags_ScrollY | ImGuiTableFlags_Resizable |
                                 ImGuiTableFlags_SizingStretchProp;
+  // One table per model: the columns fit each model's names afresh.
+  ImGui::PushID(static_cast<int>(ui.generation));
   if (ImGui::BeginTable("lns", 4, flags)) {
     ImGui::TableSetupScrollFreeze(0, 1);
-    ImGui::TableSetupColumn("LayerNorm", ImGuiTableColumnFlags_WidthStretch, 3.0f);
-    ImGui::TableSetupColumn("verdict", ImGuiTableColumnFlags_WidthFixed, 86.0f);
+    // The module path is what people scan for: its column fits the longest one (up to half the
+    // table), so "transformer.h.10.ln_2" is never cut to "transformer.h.10.ln_"; the reason,
+    // which has a tooltip, takes the rest.
+    float nameWidth = ImGui::CalcTextSize("LayerNorm").x;
+    float verdictWidth = ImGui::CalcTextSize("foldable").x;
+    for (const auto& v : lns) {
+      nameWidth = std::max(nameWidth, ImGui::CalcTextSize(v.info.modulePath.c_str()).x);
+      if (!v.foldable) verdictWidth = std::max(verdictWidth, ImGui::CalcTextSize(toString(v.reason)).x);
+    }
+    nameWidth = std::min(nameWidth + 6, ImGui::GetContentRegionAvail().x * 0.5f);
+    ImGui::TableSetupColumn("LayerNorm", ImGuiTableColumnFlags_WidthFixed, nameWidth);
+    ImGui::TableSetupColumn("verdict", ImGuiTableColumnFlags_WidthFixed, verdictWidth + 6);
     ImGui::TableSetupColumn("leaves", ImGuiTableColumnFlags_WidthFixed, 44.0f);
-    ImGui::TableSetupColumn("reason", ImGuiTableColumnFlags_WidthStretch, 4.0f);
+    ImGui::TableSetupColumn("reason", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableHeadersRow();
     std::size_t shown = 0;
     for (std::size_t i = 0; i < lns.size(); ++i) {
@@ -94,6 +106,7 @@ void DrawLnTable(App& app) {
     ui.record.lnRowsShown = shown;
     ImGui::EndTable();
   }
+  ImGui::PopID();
   ImGui::End();
 }
 

@@ -9,7 +9,7 @@
 
 using namespace foldnorm::gui;
 
-TEST_CASE("gui: sequence lengths field", "[gui][bench]") {
+TEST_CASE("Benchmark panel: sequence lengths field", "[gui][bench]") {
   CHECK(parseSequenceLengths("64,128") == std::vector<int64_t>{64, 128});
   CHECK(parseSequenceLengths(" 64, 128 ") == std::vector<int64_t>{64, 128});
   CHECK(parseSequenceLengths("16 32\t8") == std::vector<int64_t>{16, 32, 8});
@@ -30,7 +30,7 @@ TEST_CASE("gui: sequence lengths field", "[gui][bench]") {
   CHECK(parseSequenceLengths(formatSequenceLengths({3, 1, 2})) == std::vector<int64_t>{3, 1, 2});
 }
 
-TEST_CASE("gui: progress stream hands over whole lines", "[gui][bench]") {
+TEST_CASE("Benchmark panel: progress stream hands over whole lines", "[gui][bench]") {
   std::vector<std::string> lines;
   {
     LineCallbackBuf buf([&](const std::string& l) { lines.push_back(l); });
@@ -45,7 +45,7 @@ TEST_CASE("gui: progress stream hands over whole lines", "[gui][bench]") {
   CHECK(lines.back() == "tail");  // the destructor hands over the unterminated rest
 }
 
-TEST_CASE("gui: benchmark bar chart geometry", "[gui][bench]") {
+TEST_CASE("Benchmark panel: bar chart geometry", "[gui][bench]") {
   // Two lengths; the tallest whisker (p90 of seq 128's original, 20 ms) reaches the top.
   std::vector<BenchBarGroup> groups{{"seq 64", 5, 4, 6, 4, 3.5, 5},
                                     {"seq 128", 10, 9, 20, 8, 7, 9}};
