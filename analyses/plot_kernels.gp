@@ -11,13 +11,16 @@ set xlabel "hidden size"
 set ylabel "GB/s"
 set grid lc rgb "#dddddd"
 set key bottom right
-sel(d, v) = (strcol(1) eq d && $2 == 8192 && strcol(4) eq v) ? $8 : 1/0
+set xrange [600:10000]
+set yrange [0:*]
+# One series per (dtype, variant) at 8192 rows, filtered by awk so the points join into lines.
+src(d, v) = sprintf("< awk '$1 == \"%s\" && $2 == 8192 && $4 == \"%s\"' %s", d, v, data)
 do for [d in "float32 bfloat16"] {
   set title d
-  plot data using 3:(sel(d, "copy")) with linespoints lw 2 dt 2 lc rgb "#7f7f7f" title "copy", \
-       data using 3:(sel(d, "foldnorm::rms_norm")) with linespoints lw 3 lc rgb "#2ca02c" title "foldnorm::rms_norm", \
-       data using 3:(sel(d, "foldnorm::layer_norm")) with linespoints lw 2 lc rgb "#1f77b4" title "foldnorm::layer_norm", \
-       data using 3:(sel(d, "aten::layer_norm")) with linespoints lw 2 lc rgb "#d62728" title "aten::layer_norm", \
-       data using 3:(sel(d, "aten::rms_norm")) with linespoints lw 2 lc rgb "#ff7f0e" title "aten::rms_norm"
+  plot src(d, "copy") using 3:8 with linespoints lw 2 dt 2 lc rgb "#7f7f7f" title "copy", \
+       src(d, "foldnorm::rms_norm") using 3:8 with linespoints lw 3 lc rgb "#2ca02c" title "foldnorm::rms_norm", \
+       src(d, "foldnorm::layer_norm") using 3:8 with linespoints lw 2 lc rgb "#1f77b4" title "foldnorm::layer_norm", \
+       src(d, "aten::layer_norm") using 3:8 with linespoints lw 2 lc rgb "#d62728" title "aten::layer_norm", \
+       src(d, "aten::rms_norm") using 3:8 with linespoints lw 2 lc rgb "#ff7f0e" title "aten::rms_norm"
 }
 unset multiplot

@@ -27,7 +27,7 @@
 
 // With LibTorch's OpenMP backend, at::parallel_for is a `#pragma omp parallel` template: in a TU
 // built without -fopenmp it silently runs every row on one thread (src/CMakeLists.txt).
-#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP) && !defined(FOLDNORM_SERIAL_CPU_KERNELS)
 #error "compile the norm kernel TUs with OpenMP (-fopenmp), or at::parallel_for runs serially"
 #endif
 #include <ATen/cpu/vec/functional.h>
