@@ -198,6 +198,7 @@ void startBench(App& app) {
   static const char* kDtypes[] = {"float32", "bfloat16", "float16"};
   options.dtype = kDtypes[std::clamp(b.dtype, 0, 2)];
   options.reps = b.reps;
+  options.inputSpecs = ui.model->inputSpecs;  // the specs the model was opened with, if any
   const std::string path = ui.model->imported.path;
   const uint64_t generation = ui.generation;
   b.error.clear();

@@ -277,9 +277,6 @@ void DrawBench(App& app) {
     ImGui::PopStyleColor();
   }
   if (!b.error.empty()) ImGui::TextColored(palette::kNotFoldableText, "%s", b.error.c_str());
-  if (!ui.model->inputSpecs.empty()) {
-    ImGui::TextDisabled("times the model's embedded input spec, not --input");
-  }
   if (!b.report) {
     ImGui::End();
     return;
