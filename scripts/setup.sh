@@ -57,7 +57,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 if [ ! -f "$build/CMakeCache.txt" ]; then
   say "configuring $build"
   cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DFOLDNORM_PYTHON="$venv/bin/python"
+    -DFOLDNORM_PYTHON="$venv/bin/python" -DFOLDNORM_RENDER=ON -DFOLDNORM_GUI=ON -DFOLDNORM_CUDA=ON
 fi
 say "building (ccache dir: ${CCACHE_DIR:-$cache/ccache})"
 CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} cmake --build "$build" -j "$(nproc)"
