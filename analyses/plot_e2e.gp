@@ -7,6 +7,7 @@ set terminal pngcairo size 1400,560 font "DejaVu Sans,11" noenhanced
 set output out
 set multiplot layout 1,2 title "Original vs folded, interleaved in one run (median, bars p10-p90)"
 set logscale x 2
+set xrange [26:620]
 set xlabel "sequence length"
 set grid lc rgb "#dddddd"
 set key top left
