@@ -185,8 +185,12 @@ void drawMinimap(ImDrawList* dl, UiState& ui, const View& view) {
     const Role r = n.block >= 0 ? blockRole(ui.highlight, n) : ui.highlight.role(n.node);
     dl->AddRectFilled(a, b, r != Role::None ? palette::roleColour(r) : n.fill);
   }
-  const ImVec2 vmin = view.visibleMin(), vmax = view.visibleMax();
-  dl->AddRect(M(vmin), M(vmax), IM_COL32(255, 255, 255, 200), 0, 0, 1.5f);
+  // The visible part, clipped to the map: zoomed out past the graph, the view is bigger than
+  // the map and its frame would be drawn over the canvas around it.
+  const ImVec2 vmin = M(view.visibleMin()), vmax = M(view.visibleMax());
+  dl->AddRect(ImVec2(std::clamp(vmin.x, at.x, end.x), std::clamp(vmin.y, at.y, end.y)),
+              ImVec2(std::clamp(vmax.x, at.x, end.x), std::clamp(vmax.y, at.y, end.y)),
+              IM_COL32(255, 255, 255, 200), 0, 0, 1.5f);
   // Click or drag in the minimap to move there.
   ImGui::SetCursorScreenPos(at);
   ImGui::InvisibleButton("##minimap", mapSize);
