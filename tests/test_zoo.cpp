@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/import/torchscript.h"
 #include "foldnorm/zoo/eager.h"
 #include "foldnorm/zoo/zoo.h"
 
@@ -284,4 +285,29 @@ TEST_CASE("Python loads the saved zoo models with the C++ outputs and names", "[
   INFO(text);
   CHECK(rc == 0);
   CHECK(text.find("FAIL") == std::string::npos);
+}
+
+TEST_CASE("a C++ trace has no call stacks, yet parameter-free ops land in their block", "[zoo][import]") {
+  // LibTorch's C++ tracer records no module scopes: softmax, views and residual adds get their
+  // module from their neighbours. They must land in the block that computes them (so the
+  // renderer's clusters and --collapse hold whole blocks), not on the common parent.
+  ScratchDir scratch;
+  auto model = foldnorm::importTorchScript(buildTiny(scratch, "gpt2").string());
+  const auto& g = model.graph;
+  int softmax = 0, adds = 0, addsInBlocks = 0;
+  for (const auto& n : g.nodes()) {
+    INFO(n.kind << " @ " << n.modulePath);
+    if (n.kind == "aten::softmax") {
+      ++softmax;
+      CHECK((n.modulePath == "transformer.h.0.attn" || n.modulePath == "transformer.h.1.attn"));
+    }
+    if (n.kind == "aten::add") {
+      ++adds;
+      addsInBlocks += n.modulePath.rfind("transformer.h.", 0) == 0;
+    }
+  }
+  CHECK(softmax == 2);
+  // 2 residual adds per block (and GELU's tanh-form adds) inside blocks; only the embedding
+  // sum (wte + wpe) sits outside them.
+  CHECK(adds - addsInBlocks == 1);
 }

@@ -483,24 +483,62 @@ ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std:
         return n.kind != "prim::GetAttr" && n.kind != "prim::Constant" && n.kind != "prim::Param" &&
                n.kind != "prim::Return";
       };
-      for (auto id : order) {  // nearest annotated ancestors
+      // The nearest annotated ancestor is taken through the most recent producer (the latest in
+      // topological order), the nearest descendant through the first consumer: a residual add
+      // of block 1 reads the stream (from block 0) and block 1's projection, and feeds block
+      // 1's LN, so it belongs to block 1, not to the common parent of all three. Shape
+      // arithmetic (ints) is no producer of data.
+      std::vector<std::size_t> position(g.nodeCount(), 0);
+      for (std::size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+      auto carriesData = [&](NodeId from, NodeId to) {
+        for (auto out : g.node(from).outputs)
+          if (g.value(out).kind != ValueKind::Int && g.value(out).kind != ValueKind::IntList)
+            for (auto in : g.node(to).inputs)
+              if (in == out) return true;
+        return false;
+      };
+      // A consumer that only reads sizes (aten::size and the int arithmetic after it) says
+      // nothing about where a tensor belongs.
+      auto isDataConsumer = [&](NodeId s) {
+        const auto& k = g.node(s).kind;
+        if (k == "aten::size" || k == "aten::Int" || k == "prim::NumToTensor" || k == "aten::ScalarImplicit" ||
+            k == "aten::dim" || k == "aten::numel")
+          return false;
+        for (auto out : g.node(s).outputs)
+          if (g.value(out).kind != ValueKind::Int && g.value(out).kind != ValueKind::IntList) return true;
+        return g.node(s).kind == "prim::Return";
+      };
+      for (auto id : order) {  // nearest annotated ancestor, through the latest producer
         if (!isData(g.node(id))) continue;
         if (!paramModule[id].empty()) { above[id] = paramModule[id]; continue; }
+        std::optional<NodeId> latest;
         for (auto p : g.predecessors(id))
-          if (above[p]) above[id] = above[id] ? commonModulePrefix(*above[id], *above[p]) : *above[p];
+          if (above[p] && carriesData(p, id) && (!latest || position[p] > position[*latest])) latest = p;
+        // A tensor made from shape arithmetic only (a mask built from sizes) has no producer of
+        // data: it takes its module from its consumers alone.
+        if (latest) above[id] = above[*latest];
       }
-      for (auto it = order.rbegin(); it != order.rend(); ++it) {  // nearest annotated descendants
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {  // through the first consumer
         auto id = *it;
         if (!isData(g.node(id))) continue;
         if (!paramModule[id].empty()) { below[id] = paramModule[id]; continue; }
+        std::optional<NodeId> first;
         for (auto s : g.successors(id))
-          if (below[s]) below[id] = below[id] ? commonModulePrefix(*below[id], *below[s]) : *below[s];
+          if (below[s] && isDataConsumer(s) && (!first || position[s] < position[*first])) first = s;
+        if (first) below[id] = below[*first];
       }
       for (NodeId id = 0; id < g.nodeCount(); ++id) {
         auto& n = g.node(id);
         if (!isData(n)) continue;
         if (!paramModule[n.id].empty()) n.modulePath = paramModule[n.id];
-        else if (above[n.id] && below[n.id]) n.modulePath = commonModulePrefix(*above[n.id], *below[n.id]);
+        else if (above[n.id] && below[n.id]) {
+          // Between two blocks (block 0's last residual add feeds block 1's LN) the common prefix
+          // is the block list; the op was computed by its producer's block: no higher than the
+          // producer's grandparent (h.0.mlp.c_proj -> h.0).
+          auto common = commonModulePrefix(*above[n.id], *below[n.id]);
+          auto grandparent = parentModule(parentModule(*above[n.id]));
+          n.modulePath = common.size() < grandparent.size() ? grandparent : common;
+        }
         else if (above[n.id]) n.modulePath = parentModule(*above[n.id]);
         else if (below[n.id]) n.modulePath = parentModule(*below[n.id]);
       }
