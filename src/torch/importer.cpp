@@ -106,6 +106,9 @@ std::optional<ConstantValue> constantOf(const c10::IValue& iv) {
       msg.find("file in archive is not in a subdirectory") != std::string::npos)
     throw Error("'" + path + "' is not a TorchScript archive (no readable zip directory: not a "
                 "torch.jit.save file, or truncated)");
+  if (msg.find("istream reader failed") != std::string::npos)
+    throw Error("'" + path + "' is a truncated or damaged TorchScript archive (" +
+                std::to_string(archive.size()) + " bytes; the zip ends early): " + firstLine(msg));
   if (msg.find("PytorchStreamReader") != std::string::npos || msg.find("crc") != std::string::npos)
     throw Error("'" + path + "' is a damaged or truncated TorchScript archive: " + firstLine(msg));
   if (msg.find("constants.pkl") != std::string::npos || msg.find("code/") != std::string::npos ||
