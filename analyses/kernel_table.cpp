@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", o.hidden)->delimiter(',');
   app.add_option("--rows", o.rows)->delimiter(',');
   app.add_option("--reps", o.reps)->check(CLI::Range(3, 10000));
+  app.add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)");
   app.add_option("--out", out, "Markdown file");
   app.add_option("--data", data, "Whitespace-separated data for gnuplot");
   CLI11_PARSE(app, argc, argv);

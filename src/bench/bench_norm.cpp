@@ -200,6 +200,8 @@ const VariantTiming& BenchNormCase::variant(const std::string& name) const {
 
 BenchNormReport runNormBench(const BenchNormOptions& options, std::ostream& progress) {
   checkOptions(options);
+  if (options.threads < 0) throw Error("bench-norm: --threads must not be negative (0: LibTorch's default)");
+  if (options.threads > 0) at::set_num_threads(options.threads);
   const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
   BenchNormReport report;
   report.device = options.device;

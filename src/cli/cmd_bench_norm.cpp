@@ -38,6 +38,7 @@ void setup(CLI::App& app, int& exitCode) {
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "Untimed rounds per shape first")->capture_default_str();
   cmd->add_option("--eps", o.eps, "eps of every norm")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)")->capture_default_str();
   cmd->add_flag("--warm-l2", args->warmL2, "CUDA: do not flush L2 before each sample");
   cmd->add_flag("--json", args->json, "Print the results as JSON instead of a table");
   cmd->callback([args, &exitCode] {

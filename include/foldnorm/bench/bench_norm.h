@@ -29,6 +29,7 @@ struct BenchNormOptions {
   int warmup = 3;
   double eps = 1e-5;
   bool flushL2 = true;  // CUDA only
+  int threads = 0;      // CPU intra-op threads; 0: LibTorch's default
 };
 
 struct VariantTiming {
