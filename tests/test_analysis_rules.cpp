@@ -229,6 +229,12 @@ TEST_CASE("ops that break the zero mean are named with the path back to them", "
                                "  %e : int = prim::Constant[value=4]()\n  %st : int = prim::Constant[value=1]()\n"
                                "  %h0 : Tensor = aten::slice(%y, %d, %s, %e, %st)\n  %pad : int[] = prim::Constant[value=[0, 4]]()\n"
                                "  %z0 : float = prim::Constant[value=0.]()\n  %h : Tensor = aten::constant_pad_nd(%h0, %pad, %z0)\n", "aten::slice"},
+      {"reflect padding along the axis (C++ F::pad)",
+       "  %pad : int[] = prim::Constant[value=[1, 1]]()\n  %mode : int = prim::Constant[value=0]()\n"
+       "  %none3 : NoneType = prim::Constant()\n  %h0 : Tensor = aten::_pad_enum(%y, %pad, %mode, %none3)\n"
+       "  %d : int = prim::Constant[value=-1]()\n  %s : int = prim::Constant[value=1]()\n"
+       "  %e : int = prim::Constant[value=9]()\n  %st : int = prim::Constant[value=1]()\n"
+       "  %h : Tensor = aten::slice(%h0, %d, %s, %e, %st)\n", "aten::_pad_enum"},
       {"unknown op", "  %d : int = prim::Constant[value=-1]()\n  %none2 : NoneType = prim::Constant()\n"
                      "  %h : Tensor = aten::cumsum(%y, %d, %none2)\n", "aten::cumsum"},
       {"training dropout", "  %p : float = prim::Constant[value=0.1]()\n  %t : bool = prim::Constant[value=1]()\n"
@@ -271,6 +277,9 @@ TEST_CASE("value-preserving ops keep the zero mean", "[analysis][preserving]") {
       // zero padding along another axis adds rows of zeros, which are mean-zero
       "  %pad : int[] = prim::Constant[value=[0, 0, 0, 2]]()\n  %z0 : float = prim::Constant[value=0.]()\n"
       "  %h : Tensor = aten::constant_pad_nd(%y, %pad, %z0)\n",
+      // the same through LibTorch's C++ F::pad (aten::_pad_enum, mode 3 = constant, value None)
+      "  %pad : int[] = prim::Constant[value=[0, 0, 0, 2]]()\n  %mode : int = prim::Constant[value=3]()\n"
+      "  %none3 : NoneType = prim::Constant()\n  %h : Tensor = aten::_pad_enum(%y, %pad, %mode, %none3)\n",
       "  %sh : int[] = prim::Constant[value=[1]]()\n  %dm : int[] = prim::Constant[value=[0]]()\n  %h : Tensor = aten::roll(%y, %sh, %dm)\n",
       // x[..., :] (Swin's unpadding) slices the whole normalized axis: nothing is taken away
       "  %d : int = prim::Constant[value=-1]()\n  %s : int = prim::Constant[value=0]()\n"

@@ -676,6 +676,14 @@ AxisSet paddedDims(const Graph& g, const Node& n) {
 }
 
 std::string padMode(const Graph& g, const Node& n) {
+  if (n.kind == "aten::_pad_enum") {
+    // What F::pad becomes in LibTorch's C++ API: the mode is at::padding_mode as an int
+    // (reflect, replicate, circular, constant).
+    auto m = n.inputs.size() > 2 ? g.constantInt(n.inputs[2]) : std::nullopt;
+    if (!m) return "unknown";
+    static const char* kModes[] = {"reflect", "replicate", "circular", "constant"};
+    return *m >= 0 && *m < 4 ? kModes[*m] : "unknown";
+  }
   if (n.kind == "aten::pad" && n.inputs.size() > 2) {
     if (const auto& c = g.value(n.inputs[2]).constant)
       if (auto* s = std::get_if<std::string>(&*c)) return *s;
@@ -692,7 +700,7 @@ void padMz(MeanZeroContext& ctx) {
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
   auto mode = padMode(g, n);
   if (mode == "constant") {
-    std::size_t valueSlot = n.kind == "aten::pad" ? 3 : 2;
+    std::size_t valueSlot = n.kind == "aten::pad" || n.kind == "aten::_pad_enum" ? 3 : 2;
     double value = 0;
     if (n.inputs.size() > valueSlot && !g.isNoneValue(n.inputs[valueSlot]))
       value = g.constantDouble(n.inputs[valueSlot]).value_or(1.0);
@@ -992,8 +1000,8 @@ std::vector<Rule> makeRegistry() {
       "mean-zero axis itself (each part's row sums to zero); parts shifted by different amounts "
       "are not shift-constant along the cat axis", catMz, catShift);
   add("pad", F::Axis,
-      {"aten::pad", "aten::constant_pad_nd", "aten::reflection_pad1d", "aten::reflection_pad2d",
-       "aten::replication_pad1d", "aten::replication_pad2d"},
+      {"aten::pad", "aten::_pad_enum", "aten::constant_pad_nd", "aten::reflection_pad1d",
+       "aten::reflection_pad2d", "aten::replication_pad1d", "aten::replication_pad2d"},
       "zero padding adds zeros, which keep every row sum at zero; reflect/replicate padding is "
       "fine along other axes only", padMz, padShift);
   add("roll-flip", F::Axis, {"aten::roll", "aten::flip", "aten::fliplr", "aten::flipud"},
