@@ -15,26 +15,12 @@
 #include <unistd.h>
 
 #include "foldnorm/bench/bench_model.h"
+#include "docs_output.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/zoo/zoo.h"
 
 namespace fs = std::filesystem;
 using namespace foldnorm;
-
-namespace {
-
-void writeAtomically(const std::string& path, const std::string& text) {
-  if (auto dir = fs::path(path).parent_path(); !dir.empty()) fs::create_directories(dir);
-  auto tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f) throw Error("cannot write " + tmp);
-  }
-  fs::rename(tmp, path);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Regenerate the end-to-end speed table: zoo models, original vs folded, per sequence length"};
@@ -116,8 +102,8 @@ int main(int argc, char** argv) {
       }
     }
     ::rmdir(scratch.c_str());
-    writeAtomically(out, md.str());
-    writeAtomically(data, dat.str());
+    foldnorm::analyses::writeAtomically(out, md.str());
+    foldnorm::analyses::writeAtomically(data, dat.str());
     std::cout << md.str();
     std::cerr << "wrote " << out << " and " << data << "\n";
   } catch (const std::exception& e) {

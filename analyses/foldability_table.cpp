@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "docs_output.h"
 #include "foldnorm/analysis/timing.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/import/torchscript.h"
@@ -159,14 +160,7 @@ int main(int argc, char** argv) {
       }
       md << "\n";
     }
-    auto tmp = out + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!f) throw Error("cannot write " + tmp);
-      f << md.str();
-      if (!f) throw Error("cannot write " + tmp);
-    }
-    fs::rename(tmp, out);
+    foldnorm::analyses::writeAtomically(out, md.str());
     std::cout << md.str();
     std::cerr << "wrote " << out << "\n";
   } catch (const std::exception& e) {

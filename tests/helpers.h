@@ -1,6 +1,9 @@
 // Shared test helpers: IR models, paths of generated fixtures.
 #pragma once
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -9,6 +12,30 @@
 #include "foldnorm/import/torchscript.h"
 
 namespace foldnorm::test {
+
+/// A fresh folder per object (name prefix, pid, counter), removed with its files at the end with
+/// POSIX calls: libtorch.so exports its own std::filesystem::remove_all, which crashes in this build.
+struct ScratchDir {
+  explicit ScratchDir(const std::string& prefix = "foldnorm-test") {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    if (DIR* dir = ::opendir(path.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        std::string name = entry->d_name;
+        if (name != "." && name != "..") ::unlink((path / name).c_str());
+      }
+      ::closedir(dir);
+    }
+    ::rmdir(path.c_str());
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  std::filesystem::path path;
+};
 
 struct Analyzed {
   ImportedModel model;

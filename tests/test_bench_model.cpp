@@ -12,6 +12,7 @@
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/zoo/zoo.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 using foldnorm::bench::BenchModelOptions;
@@ -20,27 +21,7 @@ using foldnorm::bench::runModelBench;
 
 namespace {
 
-// A folder per test case, removed with POSIX calls (libtorch.so's own std::filesystem::remove_all
-// crashes in this build; see test_zoo.cpp).
-struct ScratchDir {
-  ScratchDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("foldnorm-test-bench-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    if (DIR* dir = ::opendir(path.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        std::string name = entry->d_name;
-        if (name != "." && name != "..") ::unlink((path / name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path.c_str());
-  }
-  fs::path path;
-};
+using foldnorm::test::ScratchDir;
 
 std::string buildTinyGpt2(const ScratchDir& dir) {
   auto path = (dir.path / "gpt2-tiny.pt").string();

@@ -12,33 +12,14 @@
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/zoo/eager.h"
 #include "foldnorm/zoo/zoo.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 using foldnorm::zoo::EagerModel;
 
 namespace {
 
-// A folder per test case, removed at its end with POSIX calls: libtorch.so exports its own
-// std::filesystem::remove_all, and that one crashes (jumps to a null pointer) in this build.
-struct ScratchDir {
-  ScratchDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("foldnorm-test-zoo-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    if (DIR* dir = ::opendir(path.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        std::string name = entry->d_name;
-        if (name != "." && name != "..") ::unlink((path / name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path.c_str());
-  }
-  fs::path path;
-};
+using foldnorm::test::ScratchDir;
 
 
 std::vector<std::string> modelNames() {

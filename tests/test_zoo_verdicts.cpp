@@ -5,9 +5,6 @@
 // Swin's patch merging concatenates pixels shifted by different amounts.
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <map>
 #include <set>
@@ -16,6 +13,7 @@
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/zoo/zoo.h"
+#include "helpers.h"
 
 using namespace foldnorm;
 namespace fs = std::filesystem;
@@ -47,20 +45,6 @@ std::map<std::string, Expected> expectations() {
   };
 }
 
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("foldnorm-test-verdicts-" + std::to_string(::getpid()));
-  Scratch() { fs::create_directories(path); }
-  ~Scratch() {  // POSIX calls: libtorch's own std::filesystem::remove_all crashes in this build
-    if (DIR* dir = ::opendir(path.c_str())) {
-      while (const dirent* e = ::readdir(dir)) {
-        std::string name = e->d_name;
-        if (name != "." && name != "..") ::unlink((path / name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path.c_str());
-  }
-};
 
 }  // namespace
 
@@ -75,7 +59,7 @@ TEST_CASE("every zoo architecture gets the verdicts the method predicts, and its
   INFO(name);
   REQUIRE(all.count(name));
   const auto& want = all.at(name);
-  Scratch scratch;
+  test::ScratchDir scratch("foldnorm-test-verdicts");
   auto path = (scratch.path / (name + ".pt")).string();
   ZooBuildOptions o;
   o.preset = "tiny";

@@ -5,21 +5,9 @@
 #include <cmath>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/measure.h"
 
 namespace foldnorm {
-namespace {
-
-double quantile(std::vector<double> sorted, double q) {
-  if (sorted.empty()) return 0;
-  std::sort(sorted.begin(), sorted.end());
-  double pos = q * static_cast<double>(sorted.size() - 1);
-  auto lo = static_cast<std::size_t>(std::floor(pos));
-  auto hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
-}
-
-}  // namespace
-
 AnalysisTiming timeAnalysis(const Graph& graph, const AnalysisOptions& options, int reps, int warmup) {
   if (reps < 1) throw Error("timeAnalysis: reps must be at least 1");
   AnalysisTiming t;

@@ -1,6 +1,8 @@
 // `foldnorm bench`: original vs folded model end to end (see include/foldnorm/bench/bench_model.h).
 #include "foldnorm/bench/bench_model.h"
 
+#include "foldnorm/common/measure.h"
+
 #include <ATen/Parallel.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -38,22 +40,6 @@ namespace {
 
 namespace jit = torch::jit;
 
-// printf-style formatting, as in bench_norm.cpp: LibTorch's bundled {fmt} headers shadow the
-// system library this target links, so torch-facing code keeps to the C library.
-std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* pattern, ...) {
-  va_list args;
-  va_start(args, pattern);
-  va_list copy;
-  va_copy(copy, args);
-  const int size = std::vsnprintf(nullptr, 0, pattern, copy);
-  va_end(copy);
-  std::string s(static_cast<std::size_t>(std::max(size, 0)), '\0');
-  std::vsnprintf(s.data(), s.size() + 1, pattern, args);
-  va_end(args);
-  return s;
-}
-
 at::ScalarType parseDtype(const std::string& name) {
   if (name == "float32") return at::kFloat;
   if (name == "bfloat16") return at::kBFloat16;
@@ -87,21 +73,6 @@ std::string causeLine(const std::string& s) {
   while (std::getline(in, line))
     if (line.find_first_not_of(" \t") != std::string::npos) last = line;
   return last.substr(std::min(last.find_first_not_of(" \t"), last.size()));
-}
-
-double loadAverage() {
-  std::ifstream in("/proc/loadavg");
-  double one = -1;
-  if (!(in >> one)) return -1;
-  return one;
-}
-
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const auto hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
 Spread spreadOf(const std::vector<double>& v) {

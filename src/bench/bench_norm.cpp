@@ -1,5 +1,7 @@
 #include "foldnorm/bench/bench_norm.h"
 
+#include "foldnorm/common/measure.h"
+
 #include <ATen/Parallel.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -20,22 +22,6 @@
 
 namespace foldnorm::bench {
 namespace {
-
-// printf-style formatting: LibTorch bundles its own {fmt} headers, which shadow the system
-// library this target links, so torch-facing code keeps to the C library here.
-std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* pattern, ...) {
-  va_list args;
-  va_start(args, pattern);
-  va_list copy;
-  va_copy(copy, args);
-  const int size = std::vsnprintf(nullptr, 0, pattern, copy);
-  va_end(copy);
-  std::string s(static_cast<std::size_t>(std::max(size, 0)), '\0');
-  std::vsnprintf(s.data(), s.size() + 1, pattern, args);
-  va_end(args);
-  return s;
-}
 
 torch::Dtype parseDtype(const std::string& name) {
   if (name == "float32") return torch::kFloat32;
@@ -74,14 +60,6 @@ void checkOptions(const BenchNormOptions& o) {
 void keepHeapWarm() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-}
-
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const auto hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
 struct Variant {

@@ -198,7 +198,7 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
 
 /// Converts every floating tensor attribute to float64, keeping tensors that shared storage
 /// shared (so tied weights stay tied in the copy).
-void convertAttributesToDouble(jit::Module m, std::map<const void*, at::Tensor>& memo) {
+void convertAttributesToFloat64(jit::Module m, std::map<const void*, at::Tensor>& memo) {
   auto type = m.type();
   for (std::size_t i = 0; i < type->numAttributes(); ++i) {
     auto v = m._ivalue()->getSlot(i);
@@ -217,7 +217,7 @@ void convertAttributesToDouble(jit::Module m, std::map<const void*, at::Tensor>&
       }
       m._ivalue()->setSlot(i, d);
     } else if (v.isObject() && v.toObject()->type()->is_module()) {
-      convertAttributesToDouble(jit::Module(v.toObject()), memo);
+      convertAttributesToFloat64(jit::Module(v.toObject()), memo);
     }
   }
 }
@@ -228,7 +228,7 @@ bool isReducedFloatCode(int64_t code) {
 }
 
 /// Traces bake float32 dtypes (aten::to(x, 6)) and float32 tensor constants into the graph.
-void patchGraphToDouble(const std::shared_ptr<jit::Graph>& graph) {
+void patchGraphToFloat64(const std::shared_ptr<jit::Graph>& graph) {
   std::vector<jit::Node*> constants;
   for (auto* n : graph->nodes())
     if (n->kind() == c10::prim::Constant) constants.push_back(n);
@@ -261,7 +261,7 @@ void patchGraphToDouble(const std::shared_ptr<jit::Graph>& graph) {
   }
 }
 
-std::vector<at::Tensor> toDoubleInputs(const std::vector<at::Tensor>& in) {
+std::vector<at::Tensor> toFloat64Inputs(const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> out;
   for (const auto& t : in) out.push_back(t.is_floating_point() ? t.to(at::kDouble) : t);
   return out;
@@ -349,20 +349,20 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   auto foldedGraph64 = inlineForwardInPlace(folded64);
   {
     std::map<const void*, at::Tensor> memoA, memoB;
-    convertAttributesToDouble(original64, memoA);
-    convertAttributesToDouble(folded64, memoB);
+    convertAttributesToFloat64(original64, memoA);
+    convertAttributesToFloat64(folded64, memoB);
   }
   // The plan maps onto the graph by node order: apply it before patching inserts constants.
   applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
-  patchGraphToDouble(graph64);
-  patchGraphToDouble(foldedGraph64);
+  patchGraphToFloat64(graph64);
+  patchGraphToFloat64(foldedGraph64);
   if (device.is_cuda()) {
     original64.to(device);
     folded64.to(device);
   }
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
     progress(strf("verifying in float64: input set %zu/%zu", r + 1, inputSets.size()));
-    auto in = toDevice(toDoubleInputs(inputSets[r]), device);
+    auto in = toDevice(toFloat64Inputs(inputSets[r]), device);
     compare(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
   }
   for (const auto& c : v.checks) {
