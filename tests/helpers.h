@@ -13,8 +13,20 @@
 
 namespace foldnorm::test {
 
-/// A fresh folder per object (name prefix, pid, counter), removed with its files at the end with
-/// POSIX calls: libtorch.so exports its own std::filesystem::remove_all, which crashes in this build.
+/// Removes folder `dir` and the files in it with POSIX calls (no subprocess): libtorch.so exports
+/// its own std::filesystem::remove_all, which crashes in this build. Test folders are flat.
+inline void removeFlatDir(const std::filesystem::path& dir) {
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* entry = ::readdir(d)) {
+      std::string name = entry->d_name;
+      if (name != "." && name != "..") ::unlink((dir / name).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+/// A fresh folder per object (name prefix, pid, counter), removed with its files at the end.
 struct ScratchDir {
   explicit ScratchDir(const std::string& prefix = "foldnorm-test") {
     static int counter = 0;
@@ -22,16 +34,7 @@ struct ScratchDir {
            (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::filesystem::create_directories(path);
   }
-  ~ScratchDir() {
-    if (DIR* dir = ::opendir(path.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        std::string name = entry->d_name;
-        if (name != "." && name != "..") ::unlink((path / name).c_str());
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path.c_str());
-  }
+  ~ScratchDir() { removeFlatDir(path); }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   std::filesystem::path path;
