@@ -136,7 +136,7 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
     j["selectedLn"] = {{"modulePath", v.info.modulePath},
                        {"foldable", v.foldable},
                        {"reason", toString(v.reason)},
-                       {"verdictText", verdictLine(v)},
+                       {"verdictText", verdictSentence(v)},
                        {"highlightedNodes", ui.highlight.nodes.size()}};
   } else {
     j["selectedLn"] = nullptr;

@@ -1,6 +1,7 @@
-// What the canvas marks when an LN is selected: its mean-zero graph (the paths from its input
-// back to the leaves it needs centered), or why it does not fold (the path to the breaking node,
-// or the path along which a centered leaf's shift reaches a consumer that sees it).
+// What the canvas marks when an LN is selected: the LN's explanation (foldnorm/analysis/explain.h:
+// its mean-zero graph back to the leaves it needs centered, or why it does not fold: the routes
+// to the breaking node, or the path along which a centered leaf's shift reaches a consumer that
+// sees it). The ln: render view draws the same explanation.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +10,12 @@
 #include <vector>
 
 #include "foldnorm/analysis/analysis.h"
+#include "foldnorm/analysis/explain.h"
 
 namespace foldnorm::gui {
 
-enum class Role : uint8_t {
-  None,
-  MeanZero,  // on a path from the LN's input back to a leaf; the value stays mean-zero
-  Leaf,      // a leaf to center
-  BreakPath, // between the LN and the node that breaks mean-zero
-  Breaker,
-  ShiftPath, // from an unsafe leaf to the node that sees its shift
-  Consumer,  // the node that sees the shift
-  SelectedLn,
-};
-const char* toString(Role role);
+/// The roles of explainLayerNorm (toString(Role) comes with them).
+using Role = ExplanationRole;
 
 struct Highlight {
   NodeId ln = kNone;
@@ -37,12 +30,9 @@ struct Highlight {
   }
 };
 
-/// The highlight of LN verdict `lnIndex` (index into result.layerNorms).
+/// The highlight of LN verdict `lnIndex` (index into result.layerNorms): its explanation;
+/// empty for an index past the LNs.
 Highlight computeHighlight(const Graph& graph, const AnalysisResult& result, std::size_t lnIndex);
-
-/// The verdict in the words the table and inspector show: "foldable: centers 3 leaves" or
-/// "not foldable (breaker): aten::gelu @ h.0.mlp breaks mean-zero ...".
-std::string verdictLine(const LayerNormVerdict& verdict);
 
 /// What the table's reason column says: the explanation of a blocked LN, or for a foldable one
 /// the modules of the leaves to center ("center: transformer.wte, transformer.wpe, +3").

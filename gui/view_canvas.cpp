@@ -151,7 +151,7 @@ void drawLegend(ImDrawList* dl, ImVec2 at, const UiState& ui) {
 void drawCaption(ImDrawList* dl, const UiState& ui, const View& view) {
   const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];
   const std::string title = (v.info.modulePath.empty() ? std::string("(top level)") : v.info.modulePath);
-  const std::string text = verdictLine(v);
+  const std::string text = verdictSentence(v);
   const float wrap = std::min(view.size.x * 0.6f, 720.0f);
   const ImVec2 ts = ImGui::CalcTextSize(text.c_str(), nullptr, false, wrap);
   const ImVec2 tt = ImGui::CalcTextSize(title.c_str());

@@ -53,7 +53,7 @@ void drawVerdict(App& app, const LayerNormVerdict& v) {
   const Graph& g = ui.model->imported.graph;
   const AnalysisResult& r = ui.model->analysis;
   heading(ui, "LayerNorm " + (v.info.modulePath.empty() ? std::string("(top level)") : v.info.modulePath));
-  colouredLine(ui, v.foldable ? palette::kFoldableText : palette::kNotFoldableText, verdictLine(v));
+  colouredLine(ui, v.foldable ? palette::kFoldableText : palette::kNotFoldableText, verdictSentence(v));
   line(ui, "normalized shape " + formatShape(v.info.normalizedShape) + ", eps " +
                std::to_string(v.info.eps) + (v.info.hasWeight ? ", weight" : "") +
                (v.info.hasBias ? ", bias" : ""));

@@ -63,9 +63,6 @@ IrModel preLnModel(bool returnHidden) {
   return {ir, {spec("2x5:int64[0,20)")}, params};
 }
 
-// Not std::filesystem::remove_all: libtorch exports its own copy of it, which crashed here.
-void removeTree(const std::string& dir) { std::system(("rm -rf '" + dir + "'").c_str()); }
-
 std::string tempDir() {
   auto dir = std::filesystem::temp_directory_path() / ("foldnorm-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -153,7 +150,7 @@ TEST_CASE("only (--only) folds just the named LayerNorm, and a name that matches
   auto folded = foldModel(model, result);
   CHECK(folded.report.folded.size() == 1);
   CHECK(folded.report.verification.float64Equivalent);
-  removeTree(dir);
+  test::removeFlatDir(dir);
 }
 
 TEST_CASE("float64 verification re-types every baked float32 dtype, even one constant used many times",
@@ -224,7 +221,7 @@ TEST_CASE("a saved fold loads in C++ and writes atomically, and bad output paths
     }
     CHECK_THROWS_WITH(checkOutputPath(a.model.path, dir), Catch::Contains("is a directory"));
   }
-  removeTree(dir);
+  test::removeFlatDir(dir);
 }
 
 TEST_CASE("the float64 check catches a wrong fold", "[fold]") {
@@ -272,5 +269,5 @@ TEST_CASE("the folded built-in GPT-2 runs in Python with the op library: same ou
   INFO(text);
   CHECK(rc == 0);
   CHECK_THAT(text, Catch::Contains(": ok"));
-  removeTree(dir);
+  test::removeFlatDir(dir);
 }

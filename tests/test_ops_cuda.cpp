@@ -1,17 +1,18 @@
 // The CUDA kernels of foldnorm::rms_norm / foldnorm::layer_norm against a float64 reference.
-// Without a CUDA device the test says why and checks nothing (Catch2 v2 has no SKIP).
+// Without a CUDA device each test says why and reports itself skipped (tests/skip.h).
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
 
 #include "foldnorm/ops/rms_norm.h"
+#include "skip.h"
 
 namespace {
 
 bool cudaMissing() {
   if (torch::cuda::is_available()) return false;
-  WARN("skipped: torch::cuda::is_available() is false on this machine (no CUDA device or driver)");
+  foldnorm::test::skipTest("torch::cuda::is_available() is false on this machine (no CUDA device or driver)");
   return true;
 }
 

@@ -2,14 +2,11 @@
 // ln: view, --collapse, the layout read back for the GUI, and real PNG/SVG files.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
-#include <unistd.h>
 
 #include "foldnorm/common/error.h"
 #include "foldnorm/render/layout.h"
@@ -22,42 +19,6 @@ using foldnorm::test::analyzeIr;
 namespace fs = std::filesystem;
 
 namespace {
-
-InputSpec spec(const char* s) { return parseInputSpec(s); }
-
-// Three blocks, one verdict each:
-//  h.0: fc -> ln. The linear is a leaf; its shift reaches only ln (absorbed): foldable.
-//  h.1: ln(fc(g) + g) with g = gelu(h.0's LN output): gelu breaks mean-zero: not foldable.
-//  h.2: fc -> ln, and fc's output is also returned: centering fc would change that output,
-//       so the leaf is unsafe and ln is not foldable (the output node is the unsafe consumer).
-IrModel threeBlocks() {
-  std::string ir = "graph(%x : Tensor";
-  std::vector<std::pair<std::string, InputSpec>> params;
-  for (int b = 0; b < 3; ++b) {
-    std::string p = "%h__" + std::to_string(b) + "__";
-    ir += ", " + p + "fc__weight : Tensor, " + p + "fc__bias : Tensor, " + p + "ln__weight : Tensor, " + p +
-          "ln__bias : Tensor";
-    for (const char* n : {"fc__weight", "fc__bias", "ln__weight", "ln__bias"})
-      params.emplace_back(p.substr(1) + n, spec(std::string(n) == "fc__weight" ? "8x8" : "8"));
-  }
-  ir += "):\n"
-        "  %shape : int[] = prim::Constant[value=[8]]()\n"
-        "  %eps : float = prim::Constant[value=1.0000000000000001e-05]()\n"
-        "  %cudnn : bool = prim::Constant[value=0]()\n"
-        "  %one : int = prim::Constant[value=1]()\n"
-        "  %approx : str = prim::Constant[value=\"none\"]()\n"
-        "  %y0 : Tensor = aten::linear(%x, %h__0__fc__weight, %h__0__fc__bias)\n"
-        "  %z0 : Tensor = aten::layer_norm(%y0, %shape, %h__0__ln__weight, %h__0__ln__bias, %eps, %cudnn)\n"
-        "  %g : Tensor = aten::gelu(%z0, %approx)\n"
-        "  %y1 : Tensor = aten::linear(%g, %h__1__fc__weight, %h__1__fc__bias)\n"
-        "  %r1 : Tensor = aten::add(%y1, %g, %one)\n"
-        "  %z1 : Tensor = aten::layer_norm(%r1, %shape, %h__1__ln__weight, %h__1__ln__bias, %eps, %cudnn)\n"
-        "  %y2 : Tensor = aten::linear(%z1, %h__2__fc__weight, %h__2__fc__bias)\n"
-        "  %z2 : Tensor = aten::layer_norm(%y2, %shape, %h__2__ln__weight, %h__2__ln__bias, %eps, %cudnn)\n"
-        "  %out : (Tensor, Tensor) = prim::TupleConstruct(%z2, %y2)\n"
-        "  return (%out)\n";
-  return {ir, {spec("2x3x8")}, params};
-}
 
 struct Rendered {
   test::Analyzed a;
@@ -95,7 +56,7 @@ struct Rendered {
 };
 
 Rendered renderThreeBlocks(const SceneOptions& options = {}) {
-  Rendered r{analyzeIr(threeBlocks()), {}};
+  Rendered r{analyzeIr(test::threeBlocks()), {}};
   // The scene is only as right as the verdicts it draws: pin them first.
   REQUIRE(r.a.result.layerNorms.size() == 3);
   REQUIRE(r.a.ln(0).foldable);
@@ -117,17 +78,6 @@ std::string readFile(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("foldnorm-render-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  // Not fs::remove_all: libtorch exports its own copy of it, which crashes in this build.
-  ~TempDir() { std::system(("rm -rf '" + path.string() + "'").c_str()); }
-};
 
 }  // namespace
 
@@ -222,7 +172,7 @@ TEST_CASE("an ln: view shows only that LN's mean-zero graph", "[render]") {
     CHECK(r.named("output 0.1").role == NodeRole::UnsafeConsumer);
   }
   SECTION("an unknown path is an error that lists the valid ones") {
-    Rendered r{analyzeIr(threeBlocks()), {}};
+    Rendered r{analyzeIr(test::threeBlocks()), {}};
     CHECK_THROWS_WITH(buildScene(r.a.model.graph, r.a.result, parseViewSpec("ln:h.9.ln")),
                       Catch::Contains("h.9.ln") && Catch::Contains("h.0.ln, h.1.ln, h.2.ln"));
   }
@@ -293,7 +243,7 @@ TEST_CASE("the layout for the GUI is in points, y down, with nodes inside their 
 
 TEST_CASE("PNG and SVG files are valid, written atomically, never over the model", "[render]") {
   auto r = renderThreeBlocks();
-  TempDir dir;
+  test::ScratchDir dir("foldnorm-render");
   SECTION("PNG starts with the PNG signature") {
     auto png = dir.path / "three.png";
     auto bytes = renderToFile(r.scene, png.string());

@@ -50,7 +50,12 @@ void setupRender(CLI::App& app, int& exitCode) {
     render::formatFromPath(opts->output);
     render::WriteOptions wo;
     wo.protectedPaths.push_back(opts->model);
-    auto sceneOptions = render::parseViewSpec(opts->view);
+    render::SceneOptions sceneOptions;
+    try {
+      sceneOptions = render::parseViewSpec(opts->view);
+    } catch (const Error& e) {
+      throw Error(std::string("--view: ") + e.what());  // the core names views, the CLI its flag
+    }
     sceneOptions.collapseDepth = opts->collapse;
     sceneOptions.legend = !opts->noLegend;
     sceneOptions.clusters = !opts->noClusters;

@@ -119,7 +119,7 @@ void writeAtomically(const fs::path& target, const std::string& bytes) {
 std::size_t renderToFile(const Scene& scene, const std::string& path, const WriteOptions& options) {
   for (const auto& p : options.protectedPaths)
     if (samePath(path, p))
-      throw Error("refusing to overwrite '" + path + "': it is the input model; choose another -o path");
+      throw Error("refusing to overwrite '" + path + "': it is the input model; choose another output path");
   if (fs::is_directory(path)) throw Error("'" + path + "' is a folder; give a file name such as graph.svg");
   ImageFormat format = formatFromPath(path);
   std::string bytes = renderToBytes(scene, format);

@@ -1,89 +1,18 @@
+// The scene builder: picks the view (dataflow, full, or one LN's explanation), puts the
+// verdicts on its nodes and makes one scene node per view node. scene_modules.cpp folds modules
+// and groups clusters, scene_style.cpp owns the roles' looks.
 #include "foldnorm/render/scene.h"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <set>
 #include <unordered_map>
 
+#include "foldnorm/analysis/explain.h"
 #include "foldnorm/common/error.h"
+#include "scene_modules.h"
 
 namespace foldnorm::render {
-
-const char* toString(NodeRole role) {
-  switch (role) {
-    case NodeRole::Plain: return "plain";
-    case NodeRole::Input: return "input";
-    case NodeRole::Output: return "output";
-    case NodeRole::FoldableLayerNorm: return "foldable-ln";
-    case NodeRole::BlockedLayerNorm: return "blocked-ln";
-    case NodeRole::Leaf: return "leaf";
-    case NodeRole::Breaker: return "breaker";
-    case NodeRole::UnsafeConsumer: return "unsafe-consumer";
-    case NodeRole::ModuleAllFoldable: return "module-all-foldable";
-    case NodeRole::ModuleSomeFoldable: return "module-some-foldable";
-    case NodeRole::ModuleNoneFoldable: return "module-none-foldable";
-    case NodeRole::Module: return "module";
-  }
-  return "?";
-}
-
-const RoleStyle& roleStyle(NodeRole role) {
-  // Light fills keep black text readable; hue pairs avoid red/green alone carrying meaning
-  // (titles say "foldable" / "NOT foldable" and breakers/consumers have their own shapes).
-  static const RoleStyle kPlain{"#ffffff", "#8c8c8c", "box", "other op"};
-  static const RoleStyle kInput{"#e8e8e8", "#595959", "invhouse", "model input"};
-  static const RoleStyle kOutput{"#e8e8e8", "#595959", "house", "model output"};
-  static const RoleStyle kFoldable{"#a6dba0", "#1b7837", "box", "LayerNorm, foldable"};
-  static const RoleStyle kBlocked{"#f4a582", "#b2182b", "box", "LayerNorm, NOT foldable"};
-  static const RoleStyle kLeaf{"#92c5de", "#2166ac", "box", "leaf to center"};
-  static const RoleStyle kBreaker{"#fdb863", "#b35806", "octagon", "breaks mean-zero"};
-  static const RoleStyle kUnsafe{"#d8b4e2", "#762a83", "doubleoctagon", "sees a centering shift"};
-  static const RoleStyle kModAll{"#d9f0d3", "#1b7837", "box3d", "module, all LNs foldable"};
-  static const RoleStyle kModSome{"#fee090", "#8c6d1f", "box3d", "module, some LNs foldable"};
-  static const RoleStyle kModNone{"#fddbc7", "#b2182b", "box3d", "module, no LN foldable"};
-  static const RoleStyle kModule{"#f0f0f0", "#8c8c8c", "box3d", "module without LNs"};
-  switch (role) {
-    case NodeRole::Plain: return kPlain;
-    case NodeRole::Input: return kInput;
-    case NodeRole::Output: return kOutput;
-    case NodeRole::FoldableLayerNorm: return kFoldable;
-    case NodeRole::BlockedLayerNorm: return kBlocked;
-    case NodeRole::Leaf: return kLeaf;
-    case NodeRole::Breaker: return kBreaker;
-    case NodeRole::UnsafeConsumer: return kUnsafe;
-    case NodeRole::ModuleAllFoldable: return kModAll;
-    case NodeRole::ModuleSomeFoldable: return kModSome;
-    case NodeRole::ModuleNoneFoldable: return kModNone;
-    case NodeRole::Module: return kModule;
-  }
-  return kPlain;
-}
-
-std::vector<NodeRole> legendEntries(const Scene& scene) {
-  static const NodeRole kOrder[] = {NodeRole::FoldableLayerNorm, NodeRole::BlockedLayerNorm, NodeRole::Leaf,
-                                    NodeRole::Breaker, NodeRole::UnsafeConsumer, NodeRole::ModuleAllFoldable,
-                                    NodeRole::ModuleSomeFoldable, NodeRole::ModuleNoneFoldable, NodeRole::Module};
-  std::set<NodeRole> present;
-  for (const auto& n : scene.nodes) present.insert(n.role);
-  std::vector<NodeRole> out;
-  for (auto r : kOrder)
-    if (present.count(r)) out.push_back(r);
-  return out;
-}
-
-uint32_t toImGuiColour(const char* hex, uint8_t alpha) {
-  auto nibble = [](char c) -> uint32_t {
-    if (c >= '0' && c <= '9') return c - '0';
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return (c >= 'a' && c <= 'f') ? 10 + (c - 'a') : 0;
-  };
-  if (!hex || hex[0] != '#') return uint32_t{alpha} << 24;
-  uint32_t r = nibble(hex[1]) * 16 + nibble(hex[2]);
-  uint32_t g = nibble(hex[3]) * 16 + nibble(hex[4]);
-  uint32_t b = nibble(hex[5]) * 16 + nibble(hex[6]);
-  return (uint32_t{alpha} << 24) | (b << 16) | (g << 8) | r;
-}
 
 SceneOptions parseViewSpec(const std::string& spec) {
   SceneOptions o;
@@ -95,8 +24,8 @@ SceneOptions parseViewSpec(const std::string& spec) {
     o.view = ViewKind::LayerNorm;
     o.layerNorm = spec.substr(3);
   } else {
-    throw Error("unknown view '" + spec + "': use dataflow, full or ln:PATH (PATH = a LayerNorm's module "
-                "path, as `foldnorm analyze` lists them)");
+    throw Error("unknown view '" + spec + "': the views are dataflow, full or ln:PATH (PATH = a LayerNorm's "
+                "module path)");
   }
   return o;
 }
@@ -116,45 +45,9 @@ std::vector<std::string> layerNormNames(const AnalysisResult& analysis) {
 
 namespace {
 
-std::vector<std::string> splitPath(const std::string& path) {
-  std::vector<std::string> parts;
-  if (path.empty()) return parts;
-  std::size_t start = 0;
-  while (true) {
-    auto dot = path.find('.', start);
-    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  return parts;
-}
-
-std::string joinPrefix(const std::vector<std::string>& parts, std::size_t n) {
-  std::string s;
-  for (std::size_t i = 0; i < n && i < parts.size(); ++i) s += (i ? "." : "") + parts[i];
-  return s;
-}
-
-/// "0", "12", "encoder_layer_3", "block2": an element of a ModuleList/Sequential.
-bool isIndexed(const std::string& component) {
-  return !component.empty() && std::isdigit(static_cast<unsigned char>(component.back()));
-}
-
-bool isPrefixOf(const std::string& prefix, const std::string& path) {
-  return prefix.empty() || path == prefix ||
-         (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 && path[prefix.size()] == '.');
-}
-
 std::string shortOp(const std::string& kind) {
   auto colon = kind.rfind("::");
   return colon == std::string::npos ? kind : kind.substr(colon + 2);
-}
-
-/// Path relative to the enclosing cluster's module ("attn.c_attn" inside "transformer.h.0").
-std::string relativePath(const std::string& path, const std::string& clusterPath) {
-  if (!clusterPath.empty() && path.size() > clusterPath.size() && isPrefixOf(clusterPath, path))
-    return path.substr(clusterPath.size() + 1);
-  return path;
 }
 
 /// Per view node: role and flags, before they become scene nodes.
@@ -202,9 +95,11 @@ class SceneBuilder {
                     (list.empty() ? "(none: the model has no aten::layer_norm)" : list));
       }
       std::size_t index = static_cast<std::size_t>(it - names.begin());
-      view_ = view_.induced(meanZeroGraphOf(a_.layerNorms[index]));
+      const LnExplanation explanation = explainLayerNorm(g_, a_, index);
+      view_ = view_.induced(explanationNodes(explanation));
       marks_.assign(view_.nodes().size(), Marks{});
       markVerdict(a_.layerNorms[index], /*ownLeaves=*/true);
+      markExplanationLeaves(explanation);
       const auto& verdict = a_.layerNorms[index];
       viewName = "mean-zero graph of " + o_.layerNorm + ": " +
                  (verdict.foldable ? std::string("foldable")
@@ -214,8 +109,8 @@ class SceneBuilder {
       for (auto l : a_.centeredLeaves) markLeaf(a_.leaves.at(l), "centered by the fold");
     }
     Scene scene = makeScene();
-    if (o_.collapseDepth > 0) scene = collapse(std::move(scene));
-    assignClusters(scene);
+    if (o_.collapseDepth > 0) scene = detail::collapseModules(std::move(scene), o_.collapseDepth, lines_);
+    detail::assignClusters(scene, g_, a_, o_.clusters, lines_);
     scene.legend = o_.legend;
     scene.title = (modelName.empty() ? std::string() : modelName + ": ") + viewName;
     if (o_.view != ViewKind::LayerNorm)
@@ -335,60 +230,29 @@ class SceneBuilder {
 
   // ---- the ln: view ----
 
-  /// The LN, every value its input's fact came from back to its leaves or breaker, and the
-  /// nodes of its verdict path (LN -> breaker, or leaf -> unsafe consumer).
-  std::vector<bool> meanZeroGraphOf(const LayerNormVerdict& verdict) const {
-    std::set<NodeId> keepNodes{verdict.info.node};
-    std::set<ValueId> keepValues;
-    ValueId start = g_.node(verdict.info.node).inputs.at(0);
-    const MeanZeroFact& target = a_.facts.at(start);
-    std::set<ValueId> leafOutputs;
-    for (auto l : verdict.leaves) leafOutputs.insert(a_.leaves.at(l).output);
-    auto relevant = [&](ValueId v) {
-      const auto& f = a_.facts.at(v);
-      if (target.isMeanZero())
-        return f.isMeanZero() && !f.leaves.empty() &&
-               std::includes(target.leaves.begin(), target.leaves.end(), f.leaves.begin(), f.leaves.end());
-      if (target.state == MeanZeroFact::State::Broken)
-        return f.state == MeanZeroFact::State::Broken && f.breaker == target.breaker;
-      return false;
-    };
-    auto bundling = [&](ValueId v) {
-      NodeId p = g_.value(v).producer;
-      return p != kNone && !isVisibleInDataflow(g_, p) && p != g_.graphInputNode() &&
-             (g_.value(v).kind == ValueKind::TensorList || g_.value(v).kind == ValueKind::Tuple ||
-              g_.node(p).kind == "prim::ListUnpack" || g_.node(p).kind == "prim::TupleUnpack");
-    };
-    std::vector<ValueId> stack{start};
-    while (!stack.empty()) {
-      ValueId v = stack.back();
-      stack.pop_back();
-      if (!keepValues.insert(v).second) continue;
-      NodeId p = g_.value(v).producer;
-      if (p == kNone) continue;
-      keepNodes.insert(p);
-      if (leafOutputs.count(v) || p == target.breaker || p == g_.graphInputNode()) continue;
-      for (auto w : g_.node(p).inputs)
-        if (relevant(w) || bundling(w)) stack.push_back(w);
-    }
-    for (auto l : verdict.leaves) {
-      keepNodes.insert(a_.leaves.at(l).node);
-      keepNodes.insert(a_.leaves.at(l).chain.begin(), a_.leaves.at(l).chain.end());
-    }
-    keepNodes.insert(verdict.path.begin(), verdict.path.end());
-    if (verdict.breaker != kNone) keepNodes.insert(verdict.breaker);
-
+  /// The view nodes of the LN's explanation: its marked ops, the model inputs it reached, and
+  /// where its verdict path ends at the graph's input or return node, the input/output shown there.
+  std::vector<bool> explanationNodes(const LnExplanation& e) const {
     std::vector<bool> keep(view_.nodes().size(), false);
     for (ViewIndex i = 0; i < view_.nodes().size(); ++i) {
       const auto& n = view_.node(i);
-      if (n.kind == ViewNode::Kind::Op) keep[i] = keepNodes.count(n.node) > 0;
-      else if (n.kind == ViewNode::Kind::ModelInput) keep[i] = keepValues.count(n.value) > 0;
+      if (n.kind == ViewNode::Kind::Op) keep[i] = e.marked(n.node);
+      else if (n.kind == ViewNode::Kind::ModelInput)
+        keep[i] = std::find(e.modelInputs.begin(), e.modelInputs.end(), n.value) != e.modelInputs.end();
     }
-    // Path ends at the graph's input or return node: keep the input/output node shown for it.
     std::vector<ViewIndex> pathNodes;
-    pathToView(verdict.path, pathNodes);
+    pathToView(e.path, pathNodes);
     for (auto i : pathNodes) keep[i] = true;
     return keep;
+  }
+
+  /// Roles the verdict marks do not give: the ops between a leaf's weight and the leaf itself.
+  void markExplanationLeaves(const LnExplanation& e) {
+    for (ViewIndex i = 0; i < view_.nodes().size(); ++i)
+      if (view_.node(i).kind == ViewNode::Kind::Op && e.role(view_.node(i).node) == ExplanationRole::Leaf) {
+        raise(marks_[i], NodeRole::Leaf);
+        marks_[i].leaf = true;
+      }
   }
 
   // ---- scene nodes ----
@@ -442,10 +306,10 @@ class SceneBuilder {
       if (n.role == NodeRole::UnsafeConsumer) n.lines.push_back("sees a centering shift");
       if (n.role == NodeRole::Leaf) n.lines.push_back(o_.view == ViewKind::LayerNorm ? "leaf" : "leaf: center");
       // Module path (shortened to the cluster later), shape, parameters.
-      if (vn.kind == ViewNode::Kind::Op && !vn.shape.empty()) shapeLine_[s.nodes.size()] = vn.shape;
+      if (vn.kind == ViewNode::Kind::Op && !vn.shape.empty()) lines_.shape[s.nodes.size()] = vn.shape;
       for (const auto& p : vn.parameters) {
         std::string line = p.path == vn.modulePath + "." + p.role ? p.role + " " + formatShape(p.shape) : p.text();
-        paramLines_[s.nodes.size()].push_back(line);
+        lines_.params[s.nodes.size()].push_back(line);
       }
       for (const auto& note : m.notes) n.tooltip += "\n" + note;
       s.nodes.push_back(std::move(n));
@@ -461,165 +325,21 @@ class SceneBuilder {
     return s;
   }
 
-  // ---- collapse ----
-
-  Scene collapse(Scene in) {
-    Scene out;
-    std::vector<std::size_t> map(in.nodes.size());
-    std::map<std::string, std::size_t> moduleNode;
-    std::map<std::size_t, std::string> oldShape;
-    std::map<std::size_t, std::vector<std::string>> oldParams;
-    for (std::size_t i = 0; i < in.nodes.size(); ++i) {
-      auto& n = in.nodes[i];
-      auto parts = splitPath(n.modulePath);
-      if (parts.size() < static_cast<std::size_t>(o_.collapseDepth)) {
-        map[i] = out.nodes.size();
-        if (shapeLine_.count(i)) oldShape[out.nodes.size()] = shapeLine_[i];
-        if (paramLines_.count(i)) oldParams[out.nodes.size()] = paramLines_[i];
-        out.nodes.push_back(std::move(n));
-        continue;
-      }
-      std::string key = joinPrefix(parts, o_.collapseDepth);
-      auto it = moduleNode.find(key);
-      if (it == moduleNode.end()) {
-        SceneNode m;
-        m.id = "m" + std::to_string(moduleNode.size());
-        m.role = NodeRole::Module;
-        m.modulePath = key;
-        m.title = key;
-        it = moduleNode.emplace(key, out.nodes.size()).first;
-        out.nodes.push_back(std::move(m));
-      }
-      auto& m = out.nodes[it->second];
-      map[i] = it->second;
-      if (n.graphNode != kNone) m.members.push_back(n.graphNode);
-      m.onPath = m.onPath || n.onPath;
-      m.breaker = m.breaker || n.breaker;
-      if (n.role == NodeRole::FoldableLayerNorm || n.role == NodeRole::BlockedLayerNorm) {
-        ++m.layerNorms;
-        if (n.role == NodeRole::FoldableLayerNorm) ++m.foldableLayerNorms;
-      }
-    }
-    for (auto& [key, index] : moduleNode) {
-      auto& m = out.nodes[index];
-      if (m.layerNorms == 0) m.role = NodeRole::Module;
-      else if (m.foldableLayerNorms == m.layerNorms) m.role = NodeRole::ModuleAllFoldable;
-      else if (m.foldableLayerNorms == 0) m.role = NodeRole::ModuleNoneFoldable;
-      else m.role = NodeRole::ModuleSomeFoldable;
-      m.lines.push_back(m.layerNorms ? std::to_string(m.foldableLayerNorms) + "/" + std::to_string(m.layerNorms) +
-                                           " LNs foldable"
-                                     : "no LayerNorm");
-      m.lines.push_back(std::to_string(m.members.size()) + " ops" + (m.breaker ? ", has a breaker" : ""));
-      m.tooltip = "module " + key + ": " + m.lines[0] + ", " + m.lines[1];
-    }
-    shapeLine_ = std::move(oldShape);
-    paramLines_ = std::move(oldParams);
-    // Contract edges; one edge per (from, to), labelled with the distinct shapes it carries.
-    std::map<std::pair<std::size_t, std::size_t>, std::size_t> edgeIndex;
-    for (const auto& e : in.edges) {
-      auto key = std::make_pair(map[e.from], map[e.to]);
-      if (key.first == key.second) continue;
-      auto it = edgeIndex.find(key);
-      if (it == edgeIndex.end()) {
-        edgeIndex[key] = out.edges.size();
-        out.edges.push_back(SceneEdge{key.first, key.second, e.label, e.onPath});
-      } else {
-        auto& se = out.edges[it->second];
-        se.onPath = se.onPath || e.onPath;
-        if (!e.label.empty() && se.label.find(e.label) == std::string::npos) se.label += "\n" + e.label;
-      }
-    }
-    return out;
-  }
-
-  // ---- clusters and final labels ----
-
-  void assignClusters(Scene& s) {
-    // Module paths of the whole graph, so a block is a cluster in every view of the model.
-    std::set<std::string> paths;
-    for (const auto& n : g_.nodes())
-      if (!n.modulePath.empty()) paths.insert(n.modulePath);
-    auto hasDeeper = [&](const std::string& prefix) {
-      auto it = paths.upper_bound(prefix);
-      for (; it != paths.end() && it->compare(0, prefix.size(), prefix) == 0; ++it)
-        if (it->size() > prefix.size() && (*it)[prefix.size()] == '.') return true;
-      return false;
-    };
-    // Blocks: prefixes ending in an indexed component that contain deeper modules (or, for a
-    // collapsed module node, that contain it).
-    std::map<std::string, int> clusterOf;
-    auto clusterChain = [&](const SceneNode& n) {
-      std::vector<std::string> chain;
-      auto parts = splitPath(n.modulePath);
-      bool isModule = !n.members.empty() || n.role == NodeRole::Module;
-      std::size_t limit = isModule ? parts.size() - 1 : parts.size();  // a module node is not its own cluster
-      for (std::size_t k = 1; k <= limit && k <= parts.size(); ++k) {
-        if (!isIndexed(parts[k - 1])) continue;
-        std::string prefix = joinPrefix(parts, k);
-        if (k < parts.size() || hasDeeper(prefix)) chain.push_back(prefix);
-      }
-      return chain;
-    };
-    if (o_.clusters) {
-      for (auto& n : s.nodes) {
-        if (n.modulePath.empty()) continue;
-        int parent = -1;
-        for (const auto& prefix : clusterChain(n)) {
-          auto it = clusterOf.find(prefix);
-          if (it == clusterOf.end()) {
-            SceneCluster c;
-            c.id = "cluster_" + std::to_string(s.clusters.size());
-            c.modulePath = prefix;
-            c.parent = parent;
-            it = clusterOf.emplace(prefix, static_cast<int>(s.clusters.size())).first;
-            s.clusters.push_back(std::move(c));
-          }
-          parent = it->second;
-        }
-        n.cluster = parent;
-      }
-      for (const auto& v : a_.layerNorms)
-        for (auto& c : s.clusters)
-          if (isPrefixOf(c.modulePath, v.info.modulePath) && v.info.modulePath != c.modulePath) {
-            ++c.layerNorms;
-            if (v.foldable) ++c.foldableLayerNorms;
-          }
-      for (auto& c : s.clusters) {
-        c.label = c.modulePath;
-        if (c.layerNorms)
-          c.label += "  (" + std::to_string(c.foldableLayerNorms) + "/" + std::to_string(c.layerNorms) +
-                     " LNs foldable)";
-      }
-    }
-    for (std::size_t i = 0; i < s.nodes.size(); ++i) {
-      auto& n = s.nodes[i];
-      if (n.graphNode == kNone) continue;  // inputs, outputs, modules: labelled already
-      std::string clusterPath = n.cluster >= 0 ? s.clusters[n.cluster].modulePath : std::string();
-      std::string rel = relativePath(n.modulePath, clusterPath);
-      std::vector<std::string> lines;
-      if (!rel.empty() && n.modulePath != clusterPath) lines.push_back(rel);
-      if (shapeLine_.count(i)) lines.push_back(shapeLine_[i]);
-      for (const auto& p : paramLines_[i]) lines.push_back(p);
-      lines.insert(lines.end(), n.lines.begin(), n.lines.end());
-      n.lines = std::move(lines);
-    }
-  }
-
   const Graph& g_;
   const AnalysisResult& a_;
   const SceneOptions& o_;
   DataflowView view_;
   std::vector<Marks> marks_;
   std::set<std::pair<ViewIndex, ViewIndex>> pathPairs_;
-  std::map<std::size_t, std::string> shapeLine_;                 // scene node -> its shape line
-  std::map<std::size_t, std::vector<std::string>> paramLines_;   // scene node -> parameter lines
+  detail::PendingLines lines_;
 };
 
 }  // namespace
 
 Scene buildScene(const Graph& graph, const AnalysisResult& analysis, const SceneOptions& options,
                  const std::string& modelName) {
-  if (options.collapseDepth < 0) throw Error("--collapse DEPTH must be 0 (off) or a positive module depth");
+  if (options.collapseDepth < 0) throw Error("the collapse depth must be 0 (off) or a positive module depth, not " +
+                std::to_string(options.collapseDepth));
   return SceneBuilder(graph, analysis, options).build(modelName);
 }
 

@@ -15,11 +15,6 @@ struct BertConfig {
   double dropout = 0.1;
 };
 
-BertConfig configFor(const std::string& preset) {
-  if (preset == "tiny") return {2, 64, 4, 256, 1000, 64};
-  return {12, 768, 12, 3072, 30522, 512};  // base
-}
-
 struct BertEmbeddingsImpl : torch::nn::Module {
   explicit BertEmbeddingsImpl(const BertConfig& c) {
     word_embeddings = register_module("word_embeddings", torch::nn::Embedding(c.vocab, c.hidden));
@@ -169,14 +164,22 @@ struct BertModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(BertModel);
 
-EagerModel build(const std::string& preset, at::Generator& gen) {
+// The presets, beside the build that reads them.
+BertConfig configFor(const std::string& preset) {
+  if (preset == "tiny") return {2, 64, 4, 256, 1000, 64};
+  return {12, 768, 12, 3072, 30522, 512};  // base
+}
+
+}  // namespace
+
+EagerModel buildBert(const std::string& preset, at::Generator& gen) {
   auto c = configFor(preset);
   auto model = BertModel(c);
   initParameters(*model, gen);
   EagerModel m;
   m.root = model.ptr();
   m.inputNames = {"input_ids", "token_type_ids", "attention_mask"};
-  std::vector<int64_t> shape = preset == "tiny" ? std::vector<int64_t>{2, 16} : std::vector<int64_t>{1, 128};
+  const auto shape = tokenShape(preset);
   m.inputs = {InputSpec{shape, "int64", 0.0, static_cast<double>(c.vocab)},
               InputSpec{shape, "int64", 0.0, 2.0}, InputSpec{shape, "int64", 1.0, 2.0}};
   m.outputNames = {"last_hidden_state", "pooler_output"};
@@ -184,18 +187,6 @@ EagerModel build(const std::string& preset, at::Generator& gen) {
     return model->forward(in.at(0), in.at(1), in.at(2));
   };
   return m;
-}
-
-}  // namespace
-
-ZooEntry bertEntry() {
-  return {{"bert",
-           "BERT encoder: embeddings LayerNorm, post-LN layers (LayerNorm after each residual "
-           "add), GELU, tanh pooler",
-           "Hugging Face transformers BertModel (eager attention)",
-           {"tiny", "base"},
-           "base"},
-          &build};
 }
 
 }  // namespace foldnorm::zoo

@@ -12,11 +12,6 @@ struct ConvNextConfig {
   double eps = 1e-6;
 };
 
-ConvNextConfig configFor(const std::string& preset) {
-  if (preset == "tiny") return {{16, 32, 64, 128}, {1, 1, 2, 1}, 32, 10};
-  return {{96, 192, 384, 768}, {3, 3, 9, 3}, 224, 1000};  // t
-}
-
 // torchvision's LayerNorm2d: an nn.LayerNorm applied channels-last between two permutes.
 struct LayerNorm2dImpl : torch::nn::LayerNormImpl {
   LayerNorm2dImpl(int64_t channels, double eps)
@@ -109,10 +104,18 @@ struct ConvNeXtImpl : torch::nn::Module {
 };
 TORCH_MODULE(ConvNeXt);
 
-EagerModel build(const std::string& preset, at::Generator& gen) {
+// The presets, beside the build that reads them.
+ConvNextConfig configFor(const std::string& preset) {
+  if (preset == "tiny") return {{16, 32, 64, 128}, {1, 1, 2, 1}, 32, 10};
+  return {{96, 192, 384, 768}, {3, 3, 9, 3}, 224, 1000};  // t
+}
+
+}  // namespace
+
+EagerModel buildConvnext(const std::string& preset, at::Generator& gen) {
   auto c = configFor(preset);
   auto model = ConvNeXt(c);
-  initParameters(*model, gen);
+  EagerModel m = imageModel(model, preset, c.image, gen);
   {
     // torchvision starts layer scale at 1e-6, which makes every block nearly the identity;
     // 0.1 keeps the blocks visible in the outputs the tests compare.
@@ -123,27 +126,7 @@ EagerModel build(const std::string& preset, at::Generator& gen) {
       }
     }
   }
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"x"};
-  m.inputs = {InputSpec{{preset == "tiny" ? 2 : 1, 3, c.image, c.image}, "float32", {}, {}}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
   return m;
-}
-
-}  // namespace
-
-ZooEntry convnextEntry() {
-  return {{"convnext_t",
-           "ConvNeXt-T: depthwise 7x7 conv blocks with channels-last LayerNorm (permute), "
-           "layer scale, LayerNorm2d in the stem, downsampling and classifier",
-           "torchvision.models.convnext_tiny",
-           {"tiny", "t"},
-           "t"},
-          &build};
 }
 
 }  // namespace foldnorm::zoo

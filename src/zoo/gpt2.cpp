@@ -144,47 +144,14 @@ struct GPT2ModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(GPT2Model);
 
-struct GPT2LMHeadModelImpl : torch::nn::Module {
-  explicit GPT2LMHeadModelImpl(const Gpt2Config& c) {
-    transformer = register_module("transformer", GPT2Model(c));
-    lm_head = register_module(
-        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.nEmbd, c.vocab).bias(false)));
-    lm_head->weight = tieParameter(*lm_head, "weight", transformer->wte->weight);
-  }
-  torch::Tensor forward(const torch::Tensor& inputIds) {
-    return linear(lm_head, transformer(inputIds));
-  }
-  GPT2Model transformer{nullptr};
-  torch::nn::Linear lm_head{nullptr};
-};
-TORCH_MODULE(GPT2LMHeadModel);
-
-EagerModel build(const std::string& preset, at::Generator& gen) {
-  auto config = configFor(preset);
-  auto model = GPT2LMHeadModel(config);
-  initParameters(*model, gen);
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"input_ids"};
-  auto shape = preset == "tiny" ? std::vector<int64_t>{2, 16} : std::vector<int64_t>{1, 128};
-  m.inputs = {InputSpec{shape, "int64", 0.0, static_cast<double>(config.vocab)}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
-  return m;
-}
-
 }  // namespace
 
-ZooEntry gpt2Entry() {
-  return {{"gpt2",
-           "GPT-2 decoder: pre-LN blocks with Conv1D (addmm) projections, final ln_f, lm_head "
-           "tied to wte",
-           "Hugging Face transformers GPT2LMHeadModel (eager attention)",
-           {"tiny", "small", "medium", "large", "xl", "xl-graph"},
-           "small"},
-          &build};
+// GPT2LMHeadModel: the head is tied to the token embedding wte.
+EagerModel buildGpt2(const std::string& preset, at::Generator& gen) {
+  auto c = configFor(preset);
+  CausalLM<GPT2Model> model("GPT2LMHeadModel", "transformer", GPT2Model(c), c.nEmbd, c.vocab, false);
+  model->lm_head->weight = tieParameter(*model->lm_head, "weight", model->body->wte->weight);
+  return causalLmModel(model, preset, c.vocab, gen);
 }
 
 }  // namespace foldnorm::zoo

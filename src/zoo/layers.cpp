@@ -3,6 +3,7 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include <cmath>
+#include <limits>
 
 namespace foldnorm::zoo {
 namespace tracer = torch::jit::tracer;
@@ -97,6 +98,21 @@ torch::Tensor mergeHeads(const torch::Tensor& x) {
 torch::Tensor futureMask(const torch::Tensor& x, int64_t dim) {
   auto i = arangeTo(0, dimOf(x, dim), torch::TensorOptions().dtype(torch::kLong));
   return i.unsqueeze(0) > i.unsqueeze(1);
+}
+
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& hidden, std::optional<double> scaling,
+                              bool softmaxInFloat32) {
+  auto weights = torch::matmul(q, k.transpose(2, 3));
+  if (scaling) weights = weights * *scaling;
+  weights = weights.masked_fill(futureMask(hidden, 1), std::numeric_limits<float>::lowest());
+  auto probs = softmaxInFloat32 ? torch::softmax(weights, -1, torch::kFloat32).to(q.scalar_type())
+                                : torch::softmax(weights, -1);
+  return mergeHeads(torch::matmul(probs, v));
+}
+
+std::vector<int64_t> tokenShape(const std::string& preset) {
+  return preset == "tiny" ? std::vector<int64_t>{2, 16} : std::vector<int64_t>{1, 128};
 }
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(int64_t dim, double theta) {

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,31 @@ torch::Tensor mergeHeads(const torch::Tensor& x);
 /// built from aten::arange over `x.size(dim)` so it follows the input length.
 torch::Tensor futureMask(const torch::Tensor& x, int64_t dim);
 
+/// The eager attention core of HF's causal decoders (Llama, Phi, OPT): softmax(q k^T [* scaling],
+/// masked to the past) v, heads merged. q, k, v are [B,H,T,D]; `hidden` [B,T,d] gives the mask
+/// its length. Without `scaling` the caller has scaled q (OPT); `softmaxInFloat32` takes the
+/// softmax in float32 and casts back (Llama, Phi). GPT-2 masks with its own buffer instead.
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& hidden, std::optional<double> scaling,
+                              bool softmaxInFloat32);
+
+/// HF's *ForCausalLM (GPT2LMHeadModel, ...): the decoder registered as `bodyName` and an
+/// lm_head on its output. `className` is the reference class the trace shows.
+template <typename Body>
+struct CausalLMImpl : torch::nn::Module {
+  CausalLMImpl(std::string className, const std::string& bodyName, Body decoder, int64_t hidden,
+               int64_t vocab, bool headBias)
+      : torch::nn::Module(std::move(className)) {
+    body = register_module(bodyName, std::move(decoder));
+    lm_head = register_module("lm_head", makeLinear(hidden, vocab, headBias));
+  }
+  torch::Tensor forward(const torch::Tensor& inputIds) { return linear(lm_head, body(inputIds)); }
+  Body body{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+};
+template <typename Body>
+using CausalLM = torch::nn::ModuleHolder<CausalLMImpl<Body>>;
+
 /// torchvision's Sequential containers, as a plain holder: children keep the names they are
 /// added under ("0", "encoder_layer_3", "head"); the owning model calls them in order itself.
 struct SequentialImpl : torch::nn::Module {
@@ -90,6 +117,28 @@ struct RotaryEmbeddingImpl : torch::nn::Module {
 /// x * cos + rotate_half(x) * sin, with cos/sin [B,T,d] broadcast over the heads of x [B,H,T,d].
 torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
+/// q, k and v of a rotary decoder's attention (Llama, Phi): each projection of x [B,T,d] split
+/// into heads (k and v into kvHeads), `rotate` applied to q and k; in that order, as HF runs them.
+template <typename Rotate>
+std::array<torch::Tensor, 3> rotaryQkv(const torch::Tensor& x, const torch::nn::Linear& qProj,
+                                       const torch::nn::Linear& kProj, const torch::nn::Linear& vProj,
+                                       int64_t heads, int64_t kvHeads, Rotate rotate) {
+  auto q = rotate(splitHeads(linear(qProj, x), heads));
+  auto k = rotate(splitHeads(linear(kProj, x), kvHeads));
+  return {q, k, splitHeads(linear(vProj, x), kvHeads)};
+}
+
+/// The decoder stack of Llama and Phi: cos/sin of the positions 0..T-1 of `inputIds` [B,T], then
+/// every layer of `layers` (all of type LayerImpl) on (x, cos, sin).
+template <typename LayerImpl>
+torch::Tensor rotaryDecoderLayers(torch::Tensor x, const torch::Tensor& inputIds, RotaryEmbeddingImpl& rotary,
+                                  const torch::nn::ModuleList& layers) {
+  auto positions = arangeTo(0, dimOf(inputIds, 1), torch::TensorOptions().dtype(torch::kLong)).unsqueeze(0);
+  auto [cos, sin] = rotary.forward(x, positions);
+  for (const auto& l : *layers) x = l->as<LayerImpl>()->forward(x, cos, sin);
+  return x;
+}
+
 /// Makes `module.name` the very tensor `shared` (one storage under two names, like HF's tied
 /// lm_head/wte). Returns `shared`.
 torch::Tensor tieParameter(torch::nn::Module& module, const std::string& name,
@@ -106,20 +155,50 @@ struct NormMarker {
 /// move into them). Buffers are left as constructed.
 void initParameters(torch::nn::Module& root, at::Generator& gen, double std = 0.02);
 
-// ---- registry --------------------------------------------------------------------------------
-struct ZooEntry {
-  ZooModelInfo info;
-  EagerModel (*build)(const std::string& preset, at::Generator& gen);
-};
+// ---- from a module to an EagerModel ----------------------------------------------------------
+/// The example token batch of a language model: [2, 16] for the tiny preset, else [1, 128].
+std::vector<int64_t> tokenShape(const std::string& preset);
 
-ZooEntry gpt2Entry();
-ZooEntry bertEntry();
-ZooEntry optEntry();
-ZooEntry opt350mEntry();
-ZooEntry phiEntry();
-ZooEntry llamaEntry();
-ZooEntry vitEntry();
-ZooEntry swinEntry();
-ZooEntry convnextEntry();
+/// `model` with parameters drawn from `gen` (initParameters), as an EagerModel whose forward
+/// maps the one input `inputName` to the one output `outputName`.
+template <typename Holder>
+EagerModel oneTensorModel(Holder model, at::Generator& gen, std::string inputName, InputSpec input,
+                          std::string outputName) {
+  initParameters(*model, gen);
+  EagerModel m;
+  m.root = model.ptr();
+  m.inputNames = {std::move(inputName)};
+  m.inputs = {std::move(input)};
+  m.outputNames = {std::move(outputName)};
+  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
+    return std::vector<torch::Tensor>{model->forward(in.at(0))};
+  };
+  return m;
+}
+
+/// A causal LM: input_ids (tokenShape, ids below `vocab`) -> logits.
+template <typename Holder>
+EagerModel causalLmModel(Holder model, const std::string& preset, int64_t vocab, at::Generator& gen) {
+  return oneTensorModel(std::move(model), gen, "input_ids",
+                        InputSpec{tokenShape(preset), "int64", 0.0, static_cast<double>(vocab)}, "logits");
+}
+
+/// An image classifier: x [2 (tiny) or 1, 3, image, image] float32 -> logits.
+template <typename Holder>
+EagerModel imageModel(Holder model, const std::string& preset, int64_t image, at::Generator& gen) {
+  return oneTensorModel(std::move(model), gen, "x",
+                        InputSpec{{preset == "tiny" ? 2 : 1, 3, image, image}, "float32", {}, {}}, "logits");
+}
+
+// ---- the models (one file each; zoo.cpp lists them) -----------------------------------------
+EagerModel buildGpt2(const std::string& preset, at::Generator& gen);
+EagerModel buildBert(const std::string& preset, at::Generator& gen);
+EagerModel buildOpt(const std::string& preset, at::Generator& gen);
+EagerModel buildOpt350m(const std::string& preset, at::Generator& gen);
+EagerModel buildPhi(const std::string& preset, at::Generator& gen);
+EagerModel buildLlama(const std::string& preset, at::Generator& gen);
+EagerModel buildVit(const std::string& preset, at::Generator& gen);
+EagerModel buildSwin(const std::string& preset, at::Generator& gen);
+EagerModel buildConvnext(const std::string& preset, at::Generator& gen);
 
 }  // namespace foldnorm::zoo

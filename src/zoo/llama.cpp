@@ -2,7 +2,6 @@
 // LlamaRMSNorm (pow/mean/add/rsqrt/mul, no mean subtraction, no bias), rotary positions,
 // SwiGLU MLP, grouped-query attention. The zoo's negative control: it has no LayerNorm to fold.
 #include <cmath>
-#include <limits>
 
 #include "layers.h"
 
@@ -59,15 +58,11 @@ struct LlamaAttentionImpl : torch::nn::Module {
     return reshapeTo(expanded, {dimOf(x, 0), kvHeads * rep, dimOf(x, 2), headDim});
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-    auto q = applyRotary(splitHeads(linear(q_proj, x), heads), cos, sin);
-    auto k = applyRotary(splitHeads(linear(k_proj, x), kvHeads), cos, sin);
-    auto v = splitHeads(linear(v_proj, x), kvHeads);
-    k = repeatKv(k);
+    auto rotate = [&](const torch::Tensor& t) { return applyRotary(t, cos, sin); };
+    auto [q, k, v] = rotaryQkv(x, q_proj, k_proj, v_proj, heads, kvHeads, rotate);
+    k = repeatKv(k);  // k before v: the trace keeps HF's order
     v = repeatKv(v);
-    auto weights = torch::matmul(q, k.transpose(2, 3)) * scaling;
-    weights = weights.masked_fill(futureMask(x, 1), std::numeric_limits<float>::lowest());
-    auto probs = torch::softmax(weights, -1, torch::kFloat32).to(q.scalar_type());
-    return linear(o_proj, mergeHeads(torch::matmul(probs, v)));
+    return linear(o_proj, causalAttention(q, k, v, x, scaling, /*softmaxInFloat32=*/true));
   }
   int64_t heads, kvHeads, headDim;
   double scaling;
@@ -115,11 +110,7 @@ struct LlamaModelImpl : torch::nn::Module {
     rotary_emb = register_module("rotary_emb", LlamaRotaryEmbedding(c.hidden / c.heads, c.ropeTheta));
   }
   torch::Tensor forward(const torch::Tensor& inputIds) {
-    auto x = embed_tokens(inputIds);
-    auto positions = arangeTo(0, dimOf(inputIds, 1), torch::TensorOptions().dtype(torch::kLong)).unsqueeze(0);
-    auto [cos, sin] = rotary_emb(x, positions);
-    for (const auto& l : *layers) x = l->as<LlamaDecoderLayerImpl>()->forward(x, cos, sin);
-    return norm(x);
+    return norm(rotaryDecoderLayers<LlamaDecoderLayerImpl>(embed_tokens(inputIds), inputIds, *rotary_emb, layers));
   }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -128,43 +119,12 @@ struct LlamaModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
-struct LlamaForCausalLMImpl : torch::nn::Module {
-  explicit LlamaForCausalLMImpl(const LlamaConfig& c) {
-    model = register_module("model", LlamaModel(c));
-    lm_head = register_module("lm_head", makeLinear(c.hidden, c.vocab, false));
-  }
-  torch::Tensor forward(const torch::Tensor& inputIds) { return linear(lm_head, model(inputIds)); }
-  LlamaModel model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
-};
-TORCH_MODULE(LlamaForCausalLM);
-
-EagerModel build(const std::string& preset, at::Generator& gen) {
-  auto c = configFor(preset);
-  auto model = LlamaForCausalLM(c);
-  initParameters(*model, gen);
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"input_ids"};
-  auto shape = preset == "tiny" ? std::vector<int64_t>{2, 16} : std::vector<int64_t>{1, 128};
-  m.inputs = {InputSpec{shape, "int64", 0.0, static_cast<double>(c.vocab)}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
-  return m;
-}
-
 }  // namespace
 
-ZooEntry llamaEntry() {
-  return {{"llama",
-           "Llama decoder (negative control): RMSNorm written out (pow/mean/rsqrt/mul), rotary "
-           "positions, SwiGLU MLP, grouped-query attention, untied lm_head",
-           "Hugging Face transformers LlamaForCausalLM (eager attention)",
-           {"tiny", "tinyllama-1.1b", "7b"},
-           "tinyllama-1.1b"},
-          &build};
+EagerModel buildLlama(const std::string& preset, at::Generator& gen) {
+  auto c = configFor(preset);
+  CausalLM<LlamaModel> model("LlamaForCausalLM", "model", LlamaModel(c), c.hidden, c.vocab, false);
+  return causalLmModel(model, preset, c.vocab, gen);
 }
 
 }  // namespace foldnorm::zoo

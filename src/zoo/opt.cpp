@@ -2,7 +2,6 @@
 // with a final_layer_norm (125m, ...), and OPT-350m's post-LN stack (do_layer_norm_before=False)
 // whose 512-wide embeddings go through project_in/project_out and which has no final norm.
 #include <cmath>
-#include <limits>
 
 #include "layers.h"
 
@@ -51,10 +50,7 @@ struct OPTAttentionImpl : torch::nn::Module {
     auto q = splitHeads(linear(q_proj, x) * scaling, heads);
     auto k = splitHeads(linear(k_proj, x), heads);
     auto v = splitHeads(linear(v_proj, x), heads);
-    auto weights = torch::matmul(q, k.transpose(2, 3));
-    weights = weights.masked_fill(futureMask(x, 1), std::numeric_limits<float>::lowest());
-    auto probs = torch::softmax(weights, -1);
-    return linear(out_proj, mergeHeads(torch::matmul(probs, v)));
+    return linear(out_proj, causalAttention(q, k, v, x, std::nullopt, /*softmaxInFloat32=*/false));
   }
   int64_t heads;
   double scaling;
@@ -132,57 +128,21 @@ struct OPTModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(OPTModel);
 
-struct OPTForCausalLMImpl : torch::nn::Module {
-  explicit OPTForCausalLMImpl(const OptConfig& c) {
-    model = register_module("model", OPTModel(c));
-    lm_head = register_module("lm_head", makeLinear(c.wordEmbedProjDim, c.vocab, false));
-    lm_head->weight = tieParameter(*lm_head, "weight", model->decoder->embed_tokens->weight);
-  }
-  torch::Tensor forward(const torch::Tensor& inputIds) { return linear(lm_head, model(inputIds)); }
-  OPTModel model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
-};
-TORCH_MODULE(OPTForCausalLM);
-
+// The head is tied to embed_tokens (both wordEmbedProjDim wide).
 EagerModel build(const OptConfig& c, const std::string& preset, at::Generator& gen) {
-  auto model = OPTForCausalLM(c);
-  initParameters(*model, gen);
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"input_ids"};
-  auto shape = preset == "tiny" ? std::vector<int64_t>{2, 16} : std::vector<int64_t>{1, 128};
-  m.inputs = {InputSpec{shape, "int64", 0.0, static_cast<double>(c.vocab)}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
-  return m;
+  CausalLM<OPTModel> model("OPTForCausalLM", "model", OPTModel(c), c.wordEmbedProjDim, c.vocab, false);
+  model->lm_head->weight = tieParameter(*model->lm_head, "weight", model->body->decoder->embed_tokens->weight);
+  return causalLmModel(model, preset, c.vocab, gen);
 }
 
 }  // namespace
 
-ZooEntry optEntry() {
-  return {{"opt",
-           "OPT decoder: pre-LN layers with ReLU MLPs, final_layer_norm, learned positions "
-           "(offset 2), lm_head tied to embed_tokens",
-           "Hugging Face transformers OPTForCausalLM (eager attention)",
-           {"tiny", "125m"},
-           "125m"},
-          [](const std::string& preset, at::Generator& gen) {
-            return build(preLnConfig(preset), preset, gen);
-          }};
+EagerModel buildOpt(const std::string& preset, at::Generator& gen) {
+  return build(preLnConfig(preset), preset, gen);
 }
 
-ZooEntry opt350mEntry() {
-  return {{"opt350m",
-           "OPT-350m decoder: post-LN layers (do_layer_norm_before=False), 512-wide embeddings "
-           "with project_in/project_out, no final norm, tied lm_head",
-           "Hugging Face transformers OPTForCausalLM, facebook/opt-350m config",
-           {"tiny", "350m"},
-           "350m"},
-          [](const std::string& preset, at::Generator& gen) {
-            return build(postLnConfig(preset), preset, gen);
-          }};
+EagerModel buildOpt350m(const std::string& preset, at::Generator& gen) {
+  return build(postLnConfig(preset), preset, gen);
 }
 
 }  // namespace foldnorm::zoo

@@ -2,7 +2,6 @@
 // attention and MLP in parallel on ONE input_layernorm output and adds both to the residual;
 // partial rotary embeddings; final_layernorm; lm_head with a bias.
 #include <cmath>
-#include <limits>
 
 #include "layers.h"
 
@@ -16,12 +15,6 @@ struct PhiConfig {
   double ropeTheta = 10000.0;
   double dropout = 0.1;  // resid/embd dropout modules, identities in eval
 };
-
-PhiConfig configFor(const std::string& preset) {
-  if (preset == "tiny") return {2, 64, 4, 256, 1000, 0.5};
-  if (preset == "phi-1_5") return {24, 2048, 32, 8192, 51200, 0.5};
-  return {32, 2560, 32, 10240, 51200, 0.4};  // phi-2
-}
 
 struct PhiRotaryEmbeddingImpl : RotaryEmbeddingImpl {
   using RotaryEmbeddingImpl::RotaryEmbeddingImpl;
@@ -45,13 +38,9 @@ struct PhiAttentionImpl : torch::nn::Module {
     return torch::cat({applyRotary(rot, cos, sin), pass}, -1);
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-    auto q = partialRotary(splitHeads(linear(q_proj, x), heads), cos, sin);
-    auto k = partialRotary(splitHeads(linear(k_proj, x), heads), cos, sin);
-    auto v = splitHeads(linear(v_proj, x), heads);
-    auto weights = torch::matmul(q, k.transpose(2, 3)) * scaling;
-    weights = weights.masked_fill(futureMask(x, 1), std::numeric_limits<float>::lowest());
-    auto probs = torch::softmax(weights, -1, torch::kFloat32).to(v.scalar_type());
-    return linear(dense, mergeHeads(torch::matmul(probs, v)));
+    auto rotate = [&](const torch::Tensor& t) { return partialRotary(t, cos, sin); };
+    auto [q, k, v] = rotaryQkv(x, q_proj, k_proj, v_proj, heads, heads, rotate);
+    return linear(dense, causalAttention(q, k, v, x, scaling, /*softmaxInFloat32=*/true));
   }
   int64_t heads, headDim, rotaryDim;
   double scaling;
@@ -102,10 +91,7 @@ struct PhiModelImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& inputIds) {
     auto x = embed_dropout(embed_tokens(inputIds));
-    auto positions = arangeTo(0, dimOf(inputIds, 1), torch::TensorOptions().dtype(torch::kLong)).unsqueeze(0);
-    auto [cos, sin] = rotary_emb(x, positions);
-    for (const auto& l : *layers) x = l->as<PhiDecoderLayerImpl>()->forward(x, cos, sin);
-    return final_layernorm(x);
+    return final_layernorm(rotaryDecoderLayers<PhiDecoderLayerImpl>(x, inputIds, *rotary_emb, layers));
   }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::Dropout embed_dropout{nullptr};
@@ -115,43 +101,19 @@ struct PhiModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(PhiModel);
 
-struct PhiForCausalLMImpl : torch::nn::Module {
-  explicit PhiForCausalLMImpl(const PhiConfig& c) {
-    model = register_module("model", PhiModel(c));
-    lm_head = register_module("lm_head", makeLinear(c.hidden, c.vocab, true));
-  }
-  torch::Tensor forward(const torch::Tensor& inputIds) { return linear(lm_head, model(inputIds)); }
-  PhiModel model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
-};
-TORCH_MODULE(PhiForCausalLM);
-
-EagerModel build(const std::string& preset, at::Generator& gen) {
-  auto c = configFor(preset);
-  auto model = PhiForCausalLM(c);
-  initParameters(*model, gen);
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"input_ids"};
-  auto shape = preset == "tiny" ? std::vector<int64_t>{2, 16} : std::vector<int64_t>{1, 128};
-  m.inputs = {InputSpec{shape, "int64", 0.0, static_cast<double>(c.vocab)}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
-  return m;
+// The presets, beside the build that reads them.
+PhiConfig configFor(const std::string& preset) {
+  if (preset == "tiny") return {2, 64, 4, 256, 1000, 0.5};
+  if (preset == "phi-1_5") return {24, 2048, 32, 8192, 51200, 0.5};
+  return {32, 2560, 32, 10240, 51200, 0.4};  // phi-2
 }
 
 }  // namespace
 
-ZooEntry phiEntry() {
-  return {{"phi",
-           "Phi decoder: parallel attention and MLP sharing one input_layernorm, partial rotary, "
-           "gelu_new, final_layernorm, lm_head with bias",
-           "Hugging Face transformers PhiForCausalLM (eager attention)",
-           {"tiny", "phi-1_5", "phi-2"},
-           "phi-2"},
-          &build};
+EagerModel buildPhi(const std::string& preset, at::Generator& gen) {
+  auto c = configFor(preset);
+  CausalLM<PhiModel> model("PhiForCausalLM", "model", PhiModel(c), c.hidden, c.vocab, true);
+  return causalLmModel(model, preset, c.vocab, gen);
 }
 
 }  // namespace foldnorm::zoo

@@ -21,11 +21,6 @@ struct SwinConfig {
   double stochasticDepth = 0.2;
 };
 
-SwinConfig configFor(const std::string& preset) {
-  if (preset == "tiny") return {4, 24, {2, 2, 2, 2}, {1, 2, 4, 8}, 4, 64, 10};
-  return {4, 96, {2, 2, 6, 2}, {3, 6, 12, 24}, 7, 224, 1000};  // t
-}
-
 torch::Tensor relativePositionIndex(int64_t w) {
   auto coords = torch::stack(torch::meshgrid({torch::arange(w), torch::arange(w)}, "ij"));  // [2,w,w]
   auto flat = coords.flatten(1);                                                          // [2,N]
@@ -201,31 +196,17 @@ struct SwinTransformerImpl : torch::nn::Module {
 };
 TORCH_MODULE(SwinTransformer);
 
-EagerModel build(const std::string& preset, at::Generator& gen) {
-  auto c = configFor(preset);
-  auto model = SwinTransformer(c);
-  initParameters(*model, gen);
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"x"};
-  m.inputs = {InputSpec{{preset == "tiny" ? 2 : 1, 3, c.image, c.image}, "float32", {}, {}}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
-  return m;
+// The presets, beside the build that reads them.
+SwinConfig configFor(const std::string& preset) {
+  if (preset == "tiny") return {4, 24, {2, 2, 2, 2}, {1, 2, 4, 8}, 4, 64, 10};
+  return {4, 96, {2, 2, 6, 2}, {3, 6, 12, 24}, 7, 224, 1000};  // t
 }
 
 }  // namespace
 
-ZooEntry swinEntry() {
-  return {{"swin_t",
-           "Swin-T: shifted-window attention (roll, masks, relative position bias), pre-LN "
-           "blocks, PatchMerging (strided slices + cat + LayerNorm + reduction), final norm",
-           "torchvision.models.swin_t",
-           {"tiny", "t"},
-           "t"},
-          &build};
+EagerModel buildSwin(const std::string& preset, at::Generator& gen) {
+  auto c = configFor(preset);
+  return imageModel(SwinTransformer(c), preset, c.image, gen);
 }
 
 }  // namespace foldnorm::zoo

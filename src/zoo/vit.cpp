@@ -16,11 +16,6 @@ struct VitConfig {
   double dropout = 0.0;
 };
 
-VitConfig configFor(const std::string& preset) {
-  if (preset == "tiny") return {32, 8, 2, 4, 64, 128, 10};
-  return {224, 16, 12, 12, 768, 3072, 1000};  // b_16
-}
-
 struct MultiheadAttentionImpl : torch::nn::Module {
   MultiheadAttentionImpl(int64_t dim, int64_t heads) : heads(heads) {
     in_proj_weight = register_parameter("in_proj_weight", torch::empty({3 * dim, dim}));
@@ -123,31 +118,17 @@ struct VisionTransformerImpl : torch::nn::Module {
 };
 TORCH_MODULE(VisionTransformer);
 
-EagerModel build(const std::string& preset, at::Generator& gen) {
-  auto c = configFor(preset);
-  auto model = VisionTransformer(c);
-  initParameters(*model, gen);
-  EagerModel m;
-  m.root = model.ptr();
-  m.inputNames = {"x"};
-  m.inputs = {InputSpec{{preset == "tiny" ? 2 : 1, 3, c.image, c.image}, "float32", {}, {}}};
-  m.outputNames = {"logits"};
-  m.forward = [model](const std::vector<torch::Tensor>& in) mutable {
-    return std::vector<torch::Tensor>{model->forward(in.at(0))};
-  };
-  return m;
+// The presets, beside the build that reads them.
+VitConfig configFor(const std::string& preset) {
+  if (preset == "tiny") return {32, 8, 2, 4, 64, 128, 10};
+  return {224, 16, 12, 12, 768, 3072, 1000};  // b_16
 }
 
 }  // namespace
 
-ZooEntry vitEntry() {
-  return {{"vit",
-           "Vision Transformer: patch conv, class token, pre-LN encoder blocks (ln_1/ln_2, "
-           "eps 1e-6), exact GELU, final encoder.ln, linear head",
-           "torchvision.models.VisionTransformer (vit_b_16); attention written out",
-           {"tiny", "b_16"},
-           "b_16"},
-          &build};
+EagerModel buildVit(const std::string& preset, at::Generator& gen) {
+  auto c = configFor(preset);
+  return imageModel(VisionTransformer(c), preset, c.image, gen);
 }
 
 }  // namespace foldnorm::zoo

@@ -13,11 +13,45 @@
 namespace foldnorm {
 namespace {
 
-// Listed explicitly (not self-registered) so `zoo list` keeps this order: GPT-2 first.
-const std::vector<zoo::ZooEntry>& entries() {
-  static const std::vector<zoo::ZooEntry> kEntries = {
-      zoo::gpt2Entry(), zoo::bertEntry(), zoo::optEntry(),  zoo::opt350mEntry(), zoo::phiEntry(),
-      zoo::llamaEntry(), zoo::vitEntry(), zoo::swinEntry(), zoo::convnextEntry(),
+struct ZooEntry {
+  ZooModelInfo info;
+  zoo::EagerModel (*build)(const std::string& preset, at::Generator& gen);
+};
+
+// The registry as one table, in the order `zoo list` shows (GPT-2 first): name, what it is,
+// the reference it follows, presets ("tiny" first) and the default; each model's file builds it.
+const std::vector<ZooEntry>& entries() {
+  static const std::vector<ZooEntry> kEntries = {
+      {{"gpt2", "GPT-2 decoder: pre-LN blocks with Conv1D (addmm) projections, final ln_f, lm_head tied to wte",
+        "Hugging Face transformers GPT2LMHeadModel (eager attention)",
+        {"tiny", "small", "medium", "large", "xl", "xl-graph"}, "small"}, &zoo::buildGpt2},
+      {{"bert", "BERT encoder: embeddings LayerNorm, post-LN layers (LayerNorm after each residual add), GELU, "
+        "tanh pooler", "Hugging Face transformers BertModel (eager attention)", {"tiny", "base"}, "base"},
+       &zoo::buildBert},
+      {{"opt", "OPT decoder: pre-LN layers with ReLU MLPs, final_layer_norm, learned positions (offset 2), "
+        "lm_head tied to embed_tokens", "Hugging Face transformers OPTForCausalLM (eager attention)",
+        {"tiny", "125m"}, "125m"}, &zoo::buildOpt},
+      {{"opt350m", "OPT-350m decoder: post-LN layers (do_layer_norm_before=False), 512-wide embeddings with "
+        "project_in/project_out, no final norm, tied lm_head",
+        "Hugging Face transformers OPTForCausalLM, facebook/opt-350m config", {"tiny", "350m"}, "350m"},
+       &zoo::buildOpt350m},
+      {{"phi", "Phi decoder: parallel attention and MLP sharing one input_layernorm, partial rotary, gelu_new, "
+        "final_layernorm, lm_head with bias", "Hugging Face transformers PhiForCausalLM (eager attention)",
+        {"tiny", "phi-1_5", "phi-2"}, "phi-2"}, &zoo::buildPhi},
+      {{"llama", "Llama decoder (negative control): RMSNorm written out (pow/mean/rsqrt/mul), rotary positions, "
+        "SwiGLU MLP, grouped-query attention, untied lm_head",
+        "Hugging Face transformers LlamaForCausalLM (eager attention)", {"tiny", "tinyllama-1.1b", "7b"},
+        "tinyllama-1.1b"}, &zoo::buildLlama},
+      {{"vit", "Vision Transformer: patch conv, class token, pre-LN encoder blocks (ln_1/ln_2, eps 1e-6), "
+        "exact GELU, final encoder.ln, linear head",
+        "torchvision.models.VisionTransformer (vit_b_16); attention written out", {"tiny", "b_16"}, "b_16"},
+       &zoo::buildVit},
+      {{"swin_t", "Swin-T: shifted-window attention (roll, masks, relative position bias), pre-LN blocks, "
+        "PatchMerging (strided slices + cat + LayerNorm + reduction), final norm", "torchvision.models.swin_t",
+        {"tiny", "t"}, "t"}, &zoo::buildSwin},
+      {{"convnext_t", "ConvNeXt-T: depthwise 7x7 conv blocks with channels-last LayerNorm (permute), layer "
+        "scale, LayerNorm2d in the stem, downsampling and classifier", "torchvision.models.convnext_tiny",
+        {"tiny", "t"}, "t"}, &zoo::buildConvnext},
   };
   return kEntries;
 }
@@ -28,14 +62,13 @@ std::string joined(const std::vector<std::string>& items) {
   return s;
 }
 
-const zoo::ZooEntry& findEntry(const std::string& name) {
+const ZooEntry& findEntry(const std::string& name) {
   for (const auto& e : entries()) {
     if (e.info.name == name) return e;
   }
   std::vector<std::string> names;
   for (const auto& e : entries()) names.push_back(e.info.name);
-  throw Error("unknown zoo model '" + name + "' (known: " + joined(names) +
-              "; `foldnorm zoo list` describes them)");
+  throw Error("unknown zoo model '" + name + "' (known: " + joined(names) + ")");
 }
 
 std::string checkedPreset(const ZooModelInfo& info, const std::string& preset) {
