@@ -6,6 +6,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "foldnorm/analysis/axes.h"
 #include "foldnorm/analysis/rules.h"
 
 namespace foldnorm {

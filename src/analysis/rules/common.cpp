@@ -1,0 +1,146 @@
+// What every rule file shares: the context rules write facts through, the family names, and
+// the helpers of rule_helpers.h.
+#include "rule_helpers.h"
+
+namespace foldnorm {
+
+const char* toString(RuleFamily family) {
+  switch (family) {
+    case RuleFamily::Leaf: return "leaf";
+    case RuleFamily::Preserving: return "preserving";
+    case RuleFamily::Axis: return "axis";
+    case RuleFamily::Absorber: return "absorber";
+    case RuleFamily::ShapeOnly: return "shape-only";
+    case RuleFamily::Breaker: return "breaker";
+  }
+  return "?";
+}
+
+void MeanZeroContext::setAll(const MeanZeroFact& fact) {
+  for (std::size_t i = 0; i < node().outputs.size(); ++i) set(i, fact);
+}
+
+void MeanZeroContext::breakHere(const std::string& reason) {
+  setAll(MeanZeroFact::broken(node_, reason, rule_));
+}
+
+void MeanZeroContext::propagateBroken(std::size_t slot) {
+  const auto& from = inputFact(slot);
+  if (from.state != MeanZeroFact::State::Broken) {
+    breakHere("input " + std::to_string(slot) + " has no mean-zero fact");
+    return;
+  }
+  setAll(MeanZeroFact::propagated(from, node().inputs.at(slot), rule_));
+}
+
+LeafId MeanZeroContext::addLeaf(Leaf leaf) {
+  leaf.id = leaves_.size();
+  leaf.node = leaf.node == kNone ? node_ : leaf.node;
+  leaf.rule = rule_;
+  leaves_.push_back(std::move(leaf));
+  return leaves_.back().id;
+}
+
+namespace rules {
+
+std::optional<ParamOperand> paramOperand(const Graph& g, ValueId value, int64_t axis) {
+  ParamOperand out;
+  ValueId v = value;
+  for (int hops = 0; hops < 16; ++hops) {
+    const auto& val = g.value(v);
+    if (val.param != kNone) {
+      out.param = val.param;
+      out.paramAxis = axis;
+      out.read = v;
+      return out;
+    }
+    if (val.producer == kNone || (v != value && val.uses.size() != 1)) return std::nullopt;
+    const auto& n = g.node(val.producer);
+    auto rank = rankOf(g, n.inputs.empty() ? v : n.inputs[0]);
+    if (n.kind == "aten::t" || n.kind == "aten::numpy_T") {
+      if (rank == 2) axis = 1 - axis;
+    } else if (n.kind == "aten::transpose" || n.kind == "aten::swapaxes") {
+      auto d0 = dimArg(g, n.inputs.at(1), rank), d1 = dimArg(g, n.inputs.at(2), rank);
+      if (!d0 || !d1) return std::nullopt;
+      if (axis == *d0) axis = *d1;
+      else if (axis == *d1) axis = *d0;
+    } else if (n.kind == "aten::permute") {
+      auto dims = g.constantIntList(n.inputs.at(1));
+      if (!dims || axis >= int64_t(dims->size())) return std::nullopt;
+      auto d = (*dims)[axis];
+      axis = d < 0 ? d + rank : d;
+    } else if (n.kind == "aten::contiguous" || n.kind == "aten::detach" || n.kind == "aten::to" ||
+               n.kind == "aten::clone" || n.kind == "aten::type_as") {
+      // axis unchanged
+    } else {
+      return std::nullopt;
+    }
+    out.chain.push_back(val.producer);
+    v = n.inputs.at(0);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+/// A bias operand: absent (None), or a parameter centered along its last axis.
+/// Returns false when the bias is computed (the output cannot be centered then).
+bool biasAction(const Graph& g, ValueId bias, std::vector<CenterAction>& actions, int64_t groups) {
+  if (g.isNoneValue(bias)) return true;
+  auto r = rankOf(g, bias);
+  auto p = paramOperand(g, bias, r > 0 ? r - 1 : 0);
+  if (!p) return false;
+  if (r == 0) return false;
+  actions.push_back({p->param, p->paramAxis, groups});
+  return true;
+}
+
+}  // namespace
+
+void weightLeaf(MeanZeroContext& ctx, LeafKind kind, ValueId weight, int64_t weightAxis,
+                std::optional<ValueId> bias, int64_t outAxis, int64_t groups) {
+  const auto& g = ctx.graph();
+  auto p = paramOperand(g, weight, weightAxis);
+  if (!p) {
+    ctx.breakHere("its weight is computed in the graph, not a parameter, so it cannot be centered");
+    return;
+  }
+  Leaf leaf;
+  leaf.kind = kind;
+  leaf.output = ctx.node().outputs.at(0);
+  leaf.axes = AxisSet::of({outAxis});
+  leaf.actions.push_back({p->param, p->paramAxis, groups});
+  leaf.chain = p->chain;
+  if (bias && !biasAction(g, *bias, leaf.actions, groups)) {
+    ctx.breakHere("its bias is computed in the graph, not a parameter, so it cannot be centered");
+    return;
+  }
+  auto id = ctx.addLeaf(std::move(leaf));
+  ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({outAxis}), {id}, ctx.rule()));
+}
+
+bool isParamOperand(const Graph& g, ValueId v) {
+  auto r = rankOf(g, v);
+  return r >= 1 && paramOperand(g, v, r - 1).has_value();
+}
+
+
+ShiftOutcome passSame(const ShiftInput& in) {
+  std::vector<std::pair<ValueId, AxisSet>> outs;
+  for (auto o : in.graph.node(in.node).outputs)
+    if (isTensor(in.graph, o) || in.graph.value(o).kind == ValueKind::TensorList ||
+        in.graph.value(o).kind == ValueKind::Tuple)
+      outs.emplace_back(o, in.axes);
+  return ShiftOutcome::passed(outs);
+}
+
+ShiftOutcome unsafeSeen(const ShiftInput& in, const std::string& what) {
+  return ShiftOutcome::unsafe(in.graph.node(in.node).kind + " " + what);
+}
+
+ShiftOutcome unsafeShift(const ShiftInput& in) { return unsafeSeen(in, "sees the changed value"); }
+
+ShiftOutcome ignoreShift(const ShiftInput&) { return ShiftOutcome::ignored(); }
+
+}  // namespace rules
+}  // namespace foldnorm

@@ -1,0 +1,148 @@
+// Preserving rules: mean-zero in, mean-zero out on the same axes; a shift passes through.
+#include "rule_helpers.h"
+
+namespace foldnorm::rules {
+
+ShiftOutcome addSubShift(const ShiftInput& in) {
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  if (in.slot > 1) return unsafeSeen(in, "uses the changed value as its alpha");
+  auto out = rankOf(g, n.outputs[0]);
+  auto v = n.inputs[in.slot];
+  auto axes = alignAxes(in.axes, rankOf(g, v), out);
+  // Axes along which the shifted operand is broadcast carry the same shift everywhere.
+  if (const auto* s = shapeOf(g, v); s && shapeOf(g, n.outputs[0])) {
+    const auto& os = *shapeOf(g, n.outputs[0]);
+    for (int64_t a = 0; a < out; ++a) {
+      int64_t ia = a - (out - int64_t(s->size()));
+      if (ia < 0 || ((*s)[ia] == 1 && os[a] != 1)) axes.insert(a);
+    }
+  }
+  return ShiftOutcome::passed({{n.outputs[0], axes}});
+}
+
+ShiftOutcome identityShift(const ShiftInput& in) {
+  if (in.slot != 0) return ShiftOutcome::ignored();
+  return passSame(in);
+}
+
+namespace {
+
+void addSubMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  auto a = n.inputs.at(0), b = n.inputs.at(1);
+  auto out = rankOf(g, n.outputs[0]);
+  if (!isTensor(g, b)) {
+    auto c = g.constantDouble(b);
+    if (c && *c == 0.0) {
+      if (ctx.fact(a).isMeanZero()) ctx.set(0, ctx.fact(a));
+      else ctx.propagateBroken(0);
+    } else {
+      ctx.breakHere("adds a scalar constant, which shifts every element");
+    }
+    return;
+  }
+  const auto& fa = ctx.fact(a);
+  const auto& fb = ctx.fact(b);
+  if (!fa.isMeanZero()) { ctx.propagateBroken(0); return; }
+  if (!fb.isMeanZero()) { ctx.propagateBroken(1); return; }
+  // Both in the output's frame, then the join: mean-zero along the union, by both sets of leaves.
+  auto aligned = [&](const MeanZeroFact& f, ValueId v) {
+    return MeanZeroFact::meanZero(alignAxes(f.axes, rankOf(g, v), out), f.leaves, ctx.rule());
+  };
+  ctx.set(0, MeanZeroFact::join(aligned(fa, a), aligned(fb, b)));
+}
+
+void scaleMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  auto out = rankOf(g, n.outputs[0]);
+  bool isDiv = n.kind.find("div") != std::string::npos;
+  for (std::size_t slot = 0; slot < 2; ++slot) {
+    if (isDiv && slot == 1) break;
+    auto x = n.inputs.at(slot), other = n.inputs.at(1 - slot);
+    const auto& f = ctx.fact(x);
+    if (!f.isMeanZero()) continue;
+    auto axes = alignAxes(f.axes, rankOf(g, x), out);
+    if (constantAlong(g, other, axes, out)) {
+      ctx.set(0, MeanZeroFact::meanZero(axes, f.leaves, ctx.rule()));
+      return;
+    }
+  }
+  // Blame: a mean-zero operand times something varying along its axes is the breaker here;
+  // otherwise the operand that was not mean-zero.
+  const auto& f0 = ctx.inputFact(0);
+  if (f0.isMeanZero() || (!isDiv && ctx.inputFact(1).isMeanZero()))
+    ctx.breakHere("elementwise product with a tensor that varies along the mean-zero axes "
+                  "(a per-feature scale breaks the zero mean)");
+  else
+    ctx.propagateBroken(0);
+}
+
+ShiftOutcome scaleShift(const ShiftInput& in) {
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  bool isDiv = n.kind.find("div") != std::string::npos;
+  if (in.slot > 1 || (isDiv && in.slot == 1)) return unsafeSeen(in, "divides by the changed value");
+  auto out = rankOf(g, n.outputs[0]);
+  auto axes = alignAxes(in.axes, rankOf(g, n.inputs[in.slot]), out);
+  if (!constantAlong(g, n.inputs[1 - in.slot], axes, out))
+    return unsafeSeen(in, "multiplies the change by a tensor that varies along its axes");
+  return ShiftOutcome::passed({{n.outputs[0], axes}});
+}
+
+
+void identityMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  if (n.kind.find("dropout") != std::string::npos) {
+    auto train = n.inputs.size() > 2 ? g.constantBool(n.inputs[2]) : std::optional<bool>(false);
+    if (!train || *train) { ctx.breakHere("dropout in training mode (random mask)"); return; }
+  }
+  if (const auto& t = g.value(n.outputs[0]).tensor) {
+    const auto& d = t->dtype;
+    if (d != "float32" && d != "float64" && d != "float16" && d != "bfloat16") {
+      ctx.breakHere("casts to " + d);
+      return;
+    }
+  }
+  const auto& f = ctx.inputFact(0);
+  if (f.isMeanZero()) ctx.set(0, MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
+  else ctx.propagateBroken(0);
+}
+
+}  // namespace
+
+void addPreservingRules(std::vector<Rule>& rules) {
+  FamilyTable t(rules, RuleFamily::Preserving);
+  // add/sub/rsub(a, b, alpha).
+  //   mean-zero: both operands mean-zero -> the join of their facts (axes aligned by broadcasting,
+  //              leaves united); adding a zero scalar keeps a's fact; a non-zero scalar breaks.
+  //   shift:     an operand's shift passes on, constant also along the axes that operand is
+  //              broadcast over; a changed alpha is seen.
+  t.add("add-sub", {"aten::add", "aten::sub", "aten::add_", "aten::sub_", "aten::rsub"},
+        "a sum or difference of tensors that are each mean-zero (along the same axes after "
+        "broadcasting) is mean-zero; adding a non-zero scalar breaks it", addSubMz, addSubShift);
+  // mul/div(x, s).
+  //   mean-zero: x mean-zero along B and s constant along B (a scalar, a per-row scale) -> x's
+  //              fact; a per-feature factor breaks.
+  //   shift:     passes when the other factor is constant along the shift's axes; a changed
+  //              divisor, or a factor varying along them, sees it.
+  t.add("scale", {"aten::mul", "aten::div", "aten::mul_", "aten::div_", "aten::true_divide"},
+        "multiplying or dividing a mean-zero tensor by a scalar, or by a tensor constant along the "
+        "mean-zero axes (per-row scale), keeps the zero mean; a per-feature factor breaks it",
+        scaleMz, scaleShift);
+  // Copies, casts to float types, negation, eval-mode dropout.
+  //   mean-zero: input 0's fact; training dropout (random mask) and casts to non-float types break.
+  //   shift:     input 0's shift passes unchanged.
+  t.add("identity",
+        {"aten::neg", "aten::contiguous", "aten::clone", "aten::detach", "aten::alias",
+         "aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::alpha_dropout",
+         "aten::feature_alpha_dropout", "aten::to", "aten::type_as", "aten::lift_fresh",
+         "aten::positive", "aten::identity"},
+        "value-preserving ops (copies, eval-mode dropout, float casts, negation) keep the zero mean",
+        identityMz, identityShift);
+}
+
+}  // namespace foldnorm::rules
