@@ -113,6 +113,10 @@ nlohmann::json toJson(const Graph& g, const AnalysisResult& r, const std::string
     for (const auto& a : p.actions) actions.push_back({{"axis", a.axis}, {"groups", a.groups}});
     pj["center"] = actions;
     pj["leaves"] = p.leaves;
+    pj["untie_mode"] = toString(p.untieMode);
+    auto covered = nlohmann::json::array();
+    for (const auto& [read, node] : p.coveredReads) covered.push_back({{"value", read}, {"node", node}});
+    pj["covered_reads"] = covered;
     plan.push_back(pj);
   }
   j["plan"] = plan;
