@@ -1,5 +1,4 @@
 #include "foldnorm/analysis/analysis.h"
-#include "foldnorm/common/error.h"
 
 #include <algorithm>
 #include <chrono>
@@ -200,7 +199,7 @@ std::vector<bool> findCandidates(const Graph& g, const AnalysisOptions& options,
   auto infos = findLayerNorms(g);
   for (const auto& path : options.only)
     if (std::none_of(infos.begin(), infos.end(), [&](const auto& ln) { return ln.modulePath == path; }))
-      throw Error("--only " + path + ": no LayerNorm with that module path (foldnorm analyze lists them)");
+      throw UnknownLayerNormPath(path);
   std::vector<bool> candidate(infos.size(), false);
   for (std::size_t i = 0; i < infos.size(); ++i) {
     LayerNormVerdict v;
@@ -219,7 +218,7 @@ std::vector<bool> findCandidates(const Graph& g, const AnalysisOptions& options,
       v.leaves = f.leaves;
       if (!selected) {
         v.reason = VerdictReason::NotSelected;
-        v.explanation = "foldable, but not selected (--only)";
+        v.explanation = "foldable, but not among the selected LayerNorms";
       } else {
         candidate[i] = true;
       }
@@ -328,7 +327,7 @@ std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& op
       if (!options.allowUntie)
         fail(leafIds, VerdictReason::SharedParameter,
              "parameter " + g.parameter(param).path + " is also read by " +
-                 g.describeNode(*uncovered(*other.begin())) + " (tied or shared); untying it is forbidden (--no-untie)",
+                 g.describeNode(*uncovered(*other.begin())) + " (tied or shared); untying it is not allowed",
              param);
     }
     pp.untieMode = untieModeFor(g, g.parameter(param), pp.untie, covered);

@@ -315,7 +315,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   v.device = options.device;
   c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
   if (device.is_cuda() && !torch::cuda::is_available())
-    throw Error("--device cuda: no CUDA device is available here");
+    throw Error("verification on cuda: no CUDA device is available here");
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
 
@@ -482,7 +482,7 @@ std::string toText(const FoldReport& r) {
     out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
   const auto& v = r.verification;
   if (!v.ran) {
-    out += "verification: skipped (--no-verify)\n";
+    out += "verification: skipped (not requested)\n";
     return out;
   }
   out += strf("verification on %s (%d input sets):\n", v.device.c_str(), v.runs);

@@ -28,13 +28,26 @@
 #include <vector>
 
 #include "foldnorm/analysis/facts.h"
+#include "foldnorm/common/error.h"
 #include "foldnorm/graph/summary.h"
 
 namespace foldnorm {
 
 struct AnalysisOptions {
-  bool allowUntie = true;           // false: --no-untie
+  bool allowUntie = true;           // false: a tied/shared parameter is never copied
   std::vector<std::string> only;    // if non-empty: fold only LNs whose module path is listed
+};
+
+/// AnalysisOptions::only names a module path no LayerNorm has. A user error: front ends add
+/// how they spell the selection.
+class UnknownLayerNormPath : public Error {
+ public:
+  explicit UnknownLayerNormPath(std::string path)
+      : Error("no LayerNorm has module path " + path), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 /// Where a centered leaf's shift went.
