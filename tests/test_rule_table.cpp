@@ -128,6 +128,15 @@ const std::vector<Row>& rows() {
     {"scale", "  %c : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::mul(%y, %c)\n",
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"identity", "  %h : Tensor = aten::neg(%y)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    // p = 0 is the identity even with the training flag left True (torchvision 0.14's Swin);
+    // training False is the identity too; p > 0 in training draws a random mask, which also
+    // makes a shift vary from element to element.
+    {"dropout", "  %p : float = prim::Constant[value=0.]()\n  %h : Tensor = aten::dropout(%y, %p, %t)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"dropout", "  %p : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::feature_alpha_dropout(%y, %p, %f)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"dropout", "  %p : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::dropout(%y, %p, %t)\n",
+     "h", "broken", 0, "{2}", "unsafe"},
     // ---- axis ----
     {"view", "  %s : int[] = prim::Constant[value=[6, 8]]()\n  %h : Tensor = aten::view(%y, %s)\n",
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},

@@ -1,4 +1,6 @@
 // Preserving rules: mean-zero in, mean-zero out on the same axes; a shift passes through.
+#include <fmt/format.h>
+
 #include "rule_helpers.h"
 
 namespace foldnorm::rules {
@@ -96,10 +98,6 @@ ShiftOutcome scaleShift(const ShiftInput& in) {
 void identityMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  if (n.kind.find("dropout") != std::string::npos) {
-    auto train = n.inputs.size() > 2 ? g.constantBool(n.inputs[2]) : std::optional<bool>(false);
-    if (!train || *train) { ctx.breakHere("dropout in training mode (random mask)"); return; }
-  }
   if (const auto& t = g.value(n.outputs[0]).tensor) {
     const auto& d = t->dtype;
     if (d != "float32" && d != "float64" && d != "float16" && d != "bfloat16") {
@@ -110,6 +108,30 @@ void identityMz(MeanZeroContext& ctx) {
   const auto& f = ctx.inputFact(0);
   if (f.isMeanZero()) ctx.set(0, MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
   else ctx.propagateBroken(0);
+}
+
+/// Why a dropout node is not the identity (it draws a random mask), or nullopt when it is:
+/// p == 0 drops nothing and scales by 1/(1-0) = 1 whatever the training flag (torchvision's
+/// Swin calls F.dropout(x, p=0.0) with training left True); training False is the identity too.
+std::optional<std::string> dropoutMask(const Graph& g, const Node& n) {
+  auto p = n.inputs.size() > 1 ? g.constantDouble(n.inputs[1]) : std::nullopt;
+  if (p && *p == 0.0) return std::nullopt;
+  auto train = n.inputs.size() > 2 ? g.constantBool(n.inputs[2]) : std::nullopt;
+  if (train && !*train) return std::nullopt;
+  if (!train) return "dropout whose training flag is not a constant (a random mask when training)";
+  if (!p) return "dropout in training mode with a probability that is not a constant (a random mask)";
+  return fmt::format("dropout in training mode with p = {} (a random mask)", *p);
+}
+
+void dropoutMz(MeanZeroContext& ctx) {
+  if (auto mask = dropoutMask(ctx.graph(), ctx.node())) { ctx.breakHere(*mask); return; }
+  identityMz(ctx);
+}
+
+ShiftOutcome dropoutShift(const ShiftInput& in) {
+  // A random mask multiplies the change too: mask * c / (1 - p) is not constant along any axis.
+  if (auto mask = dropoutMask(in.graph, in.graph.node(in.node))) return unsafeSeen(in, "applies " + *mask);
+  return identityShift(in);
 }
 
 }  // namespace
@@ -133,16 +155,24 @@ void addPreservingRules(std::vector<Rule>& rules) {
         "multiplying or dividing a mean-zero tensor by a scalar, or by a tensor constant along the "
         "mean-zero axes (per-row scale), keeps the zero mean; a per-feature factor breaks it",
         scaleMz, scaleShift);
-  // Copies, casts to float types, negation, eval-mode dropout.
-  //   mean-zero: input 0's fact; training dropout (random mask) and casts to non-float types break.
+  // Copies, casts to float types, negation.
+  //   mean-zero: input 0's fact; casts to non-float types break.
   //   shift:     input 0's shift passes unchanged.
   t.add("identity",
-        {"aten::neg", "aten::contiguous", "aten::clone", "aten::detach", "aten::alias",
-         "aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::alpha_dropout",
-         "aten::feature_alpha_dropout", "aten::to", "aten::type_as", "aten::lift_fresh",
-         "aten::positive", "aten::identity"},
-        "value-preserving ops (copies, eval-mode dropout, float casts, negation) keep the zero mean",
-        identityMz, identityShift);
+        {"aten::neg", "aten::contiguous", "aten::clone", "aten::detach", "aten::alias", "aten::to",
+         "aten::type_as", "aten::lift_fresh", "aten::positive", "aten::identity"},
+        "value-preserving ops (copies, float casts, negation) keep the zero mean", identityMz, identityShift);
+  // dropout(x, p, train) and its in-place, feature and alpha variants.
+  //   mean-zero: the identity when p == 0 (whatever the flag) or train is False: x's fact;
+  //              otherwise (a random mask), or when p or the flag is not a constant, broken.
+  //   shift:     passes when it is the identity; otherwise the mask makes the change vary: seen.
+  t.add("dropout",
+        {"aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::feature_dropout_",
+         "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout",
+         "aten::feature_alpha_dropout_"},
+        "dropout with p = 0 (whatever the training flag) or in eval mode is the identity; in "
+        "training mode with p > 0 it multiplies by a random mask, which breaks the zero mean and "
+        "makes a shift vary", dropoutMz, dropoutShift);
 }
 
 }  // namespace foldnorm::rules
