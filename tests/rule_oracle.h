@@ -56,6 +56,7 @@ inline at::Tensor value64(const Analyzed& a, ValueId target, const std::vector<L
   copy->registerOutput(values.at(target));
 
   jit::Module m = tm.makeCopy();
+  copy->inputs().at(0)->setType(m.type());  // the copy's own class (an IR model's type is per build)
   auto actions = actionsOf(a.result, leafIds);
   for (const auto& p : a.model.graph.parameters()) {
     if (p.isConstant) continue;

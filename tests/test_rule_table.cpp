@@ -43,8 +43,10 @@ IrModel rowModel(const std::string& body, const std::string& returned) {
            {"ln_b", spec("8")}}};
 }
 
-/// The tagged value: "name" (an IR value), "param:path" (the parameter's read) or "return"
-/// (the graph's return node, which has no output).
+/// The tagged value: "h" (the value the snippet returns), "name" (a graph input), "op:kind"
+/// (output 0 of the first node of that kind), "param:path" (the parameter's read) or "return"
+/// (the graph's return node, which has no output). Debug names of node outputs do not survive
+/// the import, so the snippet's own names cannot be used for them.
 struct Tagged {
   NodeId node = kNone;
   ValueId value = kNone;
@@ -53,14 +55,23 @@ struct Tagged {
 Tagged findTagged(const Analyzed& a, const std::string& tag) {
   const auto& g = a.model.graph;
   if (tag == "return") return {g.returnNode(), kNone};
+  if (tag == "h") {
+    auto v = g.modelOutputs().at(0);
+    return {g.value(v).producer, v};
+  }
   if (tag.rfind("param:", 0) == 0) {
     for (const auto& p : g.parameters())
       if (p.path == tag.substr(6)) return {g.value(p.reads.at(0)).producer, p.reads.at(0)};
     FAIL("no parameter " << tag);
   }
-  for (const auto& v : g.values())
-    if (v.name == tag) return {v.producer, v.id};
-  FAIL("no value named " << tag);
+  if (tag.rfind("op:", 0) == 0) {
+    for (const auto& n : g.nodes())
+      if (n.kind == tag.substr(3)) return {n.id, n.outputs.at(0)};
+    FAIL("no node " << tag);
+  }
+  for (auto v : g.modelInputs())
+    if (g.value(v).name == tag) return {g.value(v).producer, v};
+  FAIL("no graph input named " << tag);
   return {};
 }
 
@@ -176,8 +187,8 @@ const std::vector<Row>& rows() {
     // ---- breaker ----
     {"nonlinearity", "  %h : Tensor = aten::relu(%y)\n", "h", "broken", 0, "{2}", "unsafe"},
     {"normalization", "  %h : Tensor = aten::group_norm(%y, %one, %none, %none, %eps, %f)\n", "h", "broken", 0, "{2}", "unsafe"},
-    {"creation", "  %s : int[] = prim::Constant[value=[2, 8]]()\n  %h0 : Tensor = aten::zeros(%s, %none, %none, %none, %none)\n"
-                 "  %h : Tensor = aten::add(%y, %h0, %one)\n", "h0", "broken", 0, "{1}", "unsafe"},
+    {"creation", "  %s : int[] = prim::Constant[value=[3, 8]]()\n  %h0 : Tensor = aten::zeros(%s, %none, %none, %none, %none)\n"
+                 "  %h : Tensor = aten::add(%y, %h0, %one)\n", "op:aten::zeros", "broken", 0, "{1}", "unsafe"},
     {"model-input", "  %h : Tensor = aten::add(%y, %u, %one)\n", "u", "broken", 0, "{2}", "ignored"},
     {"model-output", "", "return", "none", 0, "{2}", "unsafe"},
     {"unknown-op", "  %h : Tensor = aten::cumsum(%y, %m1, %none)\n", "h", "broken", 0, "{2}", "unsafe"},
