@@ -16,8 +16,10 @@ const std::vector<int64_t>* shapeOf(const Graph& g, ValueId v) {
 std::optional<int64_t> dimArg(const Graph& g, ValueId dimValue, int64_t rank) {
   auto d = g.constantInt(dimValue);
   if (!d) return std::nullopt;
+  if (*d < 0 && rank < 0) return std::nullopt;  // counted from the end of an unknown rank
   int64_t dim = *d < 0 ? *d + rank : *d;
-  if (dim < 0 || (rank > 0 && dim >= rank) || dim >= 64) return std::nullopt;
+  // A rank-0 tensor accepts dim 0 / -1 in torch (it acts as rank 1).
+  if (dim < 0 || (rank > 0 && dim >= rank) || (rank == 0 && dim > 0) || dim >= 64) return std::nullopt;
   return dim;
 }
 
@@ -102,9 +104,11 @@ bool constantAlong(const Graph& g, ValueId operand, AxisSet axes, int64_t outRan
   const auto* shape = shapeOf(g, operand);
   if (!shape) return false;
   int64_t r = int64_t(shape->size());
+  if (outRank < 0 || r > outRank) return false;  // not broadcast into the output as recorded
   for (auto a : axes.axes()) {
+    if (a >= outRank) return false;  // an axis the output does not have
     int64_t oa = a - (outRank - r);
-    if (oa >= 0 && (*shape)[oa] != 1) return false;
+    if (oa >= 0 && shape->at(oa) != 1) return false;
   }
   return true;
 }

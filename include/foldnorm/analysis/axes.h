@@ -40,7 +40,9 @@ AxisSet dropAxis(AxisSet axes, int64_t dim);
 AxisSet insertAxis(AxisSet axes, int64_t dim);
 
 /// Is `operand`, broadcast into an output of rank `outRank`, constant along every axis of
-/// `axes` (a Python scalar is)? False when its shape is unknown or its rank exceeds `outRank`.
+/// `axes` (a Python scalar is)? False when its shape or the output rank is unknown, when its
+/// rank exceeds `outRank` (it is not broadcast into the output as recorded), or when `axes` has
+/// an axis the output does not have.
 bool constantAlong(const Graph& g, ValueId operand, AxisSet axes, int64_t outRank);
 
 }  // namespace foldnorm

@@ -28,8 +28,10 @@ class AxisSet {
   static AxisSet of(std::initializer_list<int64_t> axes);
   static AxisSet fromMask(uint64_t mask) { AxisSet s; s.mask_ = mask; return s; }
   static AxisSet trailing(int64_t rank, int64_t count);  // the last `count` axes of `rank`
-  void insert(int64_t axis) { mask_ |= (uint64_t{1} << axis); }
-  void erase(int64_t axis) { mask_ &= ~(uint64_t{1} << axis); }
+  // An axis outside [0, 64) is no axis of any tensor here: inserting or erasing it does nothing
+  // (a shift by it would be undefined); rules check their dims before they build sets.
+  void insert(int64_t axis) { if (axis >= 0 && axis < 64) mask_ |= (uint64_t{1} << axis); }
+  void erase(int64_t axis) { if (axis >= 0 && axis < 64) mask_ &= ~(uint64_t{1} << axis); }
   bool contains(int64_t axis) const { return axis >= 0 && axis < 64 && ((mask_ >> axis) & 1); }
   bool empty() const { return mask_ == 0; }
   bool subsetOf(const AxisSet& o) const { return (mask_ & ~o.mask_) == 0; }

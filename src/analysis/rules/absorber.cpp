@@ -14,7 +14,7 @@ ShiftOutcome layerNormShift(const ShiftInput& in) {
   const auto& n = g.node(in.node);
   if (in.slot != 0) return unsafeSeen(in, "uses the changed value as its weight or bias");
   auto shape = g.constantIntList(n.inputs.at(1));
-  auto rank = rankOf(g, n.inputs[0]);
+  auto rank = rankOf(g, n.inputs.at(0));
   if (!shape) return unsafeSeen(in, "has a non-constant normalized_shape");
   auto normalized = AxisSet::trailing(rank, int64_t(shape->size()));
   if (normalized.subsetOf(in.axes))
@@ -33,7 +33,7 @@ ShiftOutcome softmaxShift(const ShiftInput& in) {
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
   if (in.slot != 0) return ShiftOutcome::ignored();
-  auto dim = dimArg(g, n.inputs.at(1), rankOf(g, n.inputs[0]));
+  auto dim = dimArg(g, n.inputs.at(1), rankOf(g, n.inputs.at(0)));
   if (dim && in.axes.contains(*dim))
     return ShiftOutcome::absorbed("softmax is invariant to a shift constant along its axis");
   return unsafeSeen(in, "is taken along an axis where the shift varies");

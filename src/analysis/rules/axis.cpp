@@ -12,8 +12,8 @@ void viewMz(MeanZeroContext& ctx) {
   const auto& n = ctx.node();
   const auto& f = ctx.inputFact(0);
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
-  const auto* in = shapeOf(g, n.inputs[0]);
-  const auto* out = shapeOf(g, n.outputs[0]);
+  const auto* in = shapeOf(g, n.inputs.at(0));
+  const auto* out = shapeOf(g, n.outputs.at(0));
   if (!in || !out) { ctx.breakHere("shapes were not recorded"); return; }
   auto axes = mapMeanZeroThroughView(*in, *out, f.axes);
   if (axes.empty()) { ctx.breakHere("the reshape drops the mean-zero axes"); return; }
@@ -24,27 +24,33 @@ ShiftOutcome viewShift(const ShiftInput& in) {
   if (in.slot != 0) return ShiftOutcome::ignored();
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
-  const auto* a = shapeOf(g, n.inputs[0]);
-  const auto* b = shapeOf(g, n.outputs[0]);
+  const auto* a = shapeOf(g, n.inputs.at(0));
+  const auto* b = shapeOf(g, n.outputs.at(0));
   if (!a || !b) return unsafeSeen(in, "has unrecorded shapes");
-  return ShiftOutcome::passed({{n.outputs[0], mapConstantThroughView(*a, *b, in.axes)}});
+  return ShiftOutcome::passed({{n.outputs.at(0), mapConstantThroughView(*a, *b, in.axes)}});
 }
 
 /// Output axis -> input axis for permute/transpose/t; nullopt when the dims are not constant.
 
 std::optional<std::vector<int64_t>> permutation(const Graph& g, const Node& n) {
-  auto rank = rankOf(g, n.inputs[0]);
-  if (rank < 0) return std::nullopt;
+  auto rank = rankOf(g, n.inputs.at(0));
+  if (rank < 0 || rank != rankOf(g, n.outputs.at(0))) return std::nullopt;
   std::vector<int64_t> perm(rank);
   for (int64_t i = 0; i < rank; ++i) perm[i] = i;
   if (n.kind == "aten::permute") {
-    auto dims = g.constantIntList(n.inputs[1]);
+    auto dims = g.constantIntList(n.inputs.at(1));
     if (!dims || int64_t(dims->size()) != rank) return std::nullopt;
-    for (int64_t i = 0; i < rank; ++i) perm[i] = (*dims)[i] < 0 ? (*dims)[i] + rank : (*dims)[i];
+    std::vector<bool> seen(rank, false);
+    for (int64_t i = 0; i < rank; ++i) {
+      int64_t d = dims->at(i) < 0 ? dims->at(i) + rank : dims->at(i);
+      if (d < 0 || d >= rank || seen[d]) return std::nullopt;  // not a permutation of the axes
+      seen[d] = true;
+      perm[i] = d;
+    }
   } else if (n.kind == "aten::t" || n.kind == "aten::numpy_T") {
     std::reverse(perm.begin(), perm.end());
   } else {
-    auto d0 = dimArg(g, n.inputs[1], rank), d1 = dimArg(g, n.inputs[2], rank);
+    auto d0 = dimArg(g, n.inputs.at(1), rank), d1 = dimArg(g, n.inputs.at(2), rank);
     if (!d0 || !d1) return std::nullopt;
     std::swap(perm[*d0], perm[*d1]);
   }
@@ -70,7 +76,7 @@ ShiftOutcome permuteShift(const ShiftInput& in) {
   if (in.slot != 0) return ShiftOutcome::ignored();
   auto perm = permutation(in.graph, in.graph.node(in.node));
   if (!perm) return unsafeSeen(in, "has non-constant dims");
-  return ShiftOutcome::passed({{in.graph.node(in.node).outputs[0], permuteAxes(*perm, in.axes)}});
+  return ShiftOutcome::passed({{in.graph.node(in.node).outputs.at(0), permuteAxes(*perm, in.axes)}});
 }
 
 
@@ -79,7 +85,7 @@ void expandMz(MeanZeroContext& ctx) {
   const auto& n = ctx.node();
   const auto& f = ctx.inputFact(0);
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
-  auto axes = alignAxes(f.axes, rankOf(g, n.inputs[0]), rankOf(g, n.outputs[0]));
+  auto axes = alignAxes(f.axes, rankOf(g, n.inputs.at(0)), rankOf(g, n.outputs.at(0)));
   ctx.set(0, MeanZeroFact::meanZero(axes, f.leaves, ctx.rule()));
 }
 
@@ -87,17 +93,17 @@ ShiftOutcome expandShift(const ShiftInput& in) {
   if (in.slot != 0) return ShiftOutcome::ignored();
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
-  auto ri = rankOf(g, n.inputs[0]), ro = rankOf(g, n.outputs[0]);
+  auto ri = rankOf(g, n.inputs.at(0)), ro = rankOf(g, n.outputs.at(0));
   auto axes = alignAxes(in.axes, ri, ro);
-  const auto* si = shapeOf(g, n.inputs[0]);
-  const auto* so = shapeOf(g, n.outputs[0]);
-  if (si && so && n.kind != "aten::repeat") {
+  const auto* si = shapeOf(g, n.inputs.at(0));
+  const auto* so = shapeOf(g, n.outputs.at(0));
+  if (si && so && n.kind != "aten::repeat" && ri <= ro) {
     for (int64_t a = 0; a < ro; ++a) {
       int64_t ia = a - (ro - ri);
-      if (ia < 0 || ((*si)[ia] == 1 && (*so)[a] != 1)) axes.insert(a);
+      if (ia < 0 || (si->at(ia) == 1 && so->at(a) != 1)) axes.insert(a);
     }
   }
-  return ShiftOutcome::passed({{n.outputs[0], axes}});
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
 /// Removes axis `dim`, shifting later axes down.
@@ -109,16 +115,16 @@ void sliceMz(MeanZeroContext& ctx) {
   const auto& n = ctx.node();
   const auto& f = ctx.inputFact(0);
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
-  auto rank = rankOf(g, n.inputs[0]);
-  auto dim = n.inputs.size() > 1 ? dimArg(g, n.inputs[1], rank) : std::optional<int64_t>(0);
+  auto rank = rankOf(g, n.inputs.at(0));
+  auto dim = n.inputs.size() > 1 ? dimArg(g, n.inputs.at(1), rank) : std::optional<int64_t>(0);
   if (n.kind == "aten::chunk" || n.kind == "aten::unsafe_chunk" || n.kind == "aten::split" ||
       n.kind == "aten::split_with_sizes" || n.kind == "aten::unsafe_split" ||
       n.kind == "aten::tensor_split")
-    dim = n.inputs.size() > 2 ? dimArg(g, n.inputs[2], rank) : std::optional<int64_t>(0);
+    dim = n.inputs.size() > 2 ? dimArg(g, n.inputs.at(2), rank) : std::optional<int64_t>(0);
   if (!dim) { ctx.breakHere("its dim is not a constant"); return; }
   // x[..., :] traces as a slice over the whole dim: same shape in and out, nothing taken away.
-  bool wholeSlice = (n.kind == "aten::slice" || n.kind == "aten::narrow") && shapeOf(g, n.inputs[0]) &&
-                    shapeOf(g, n.outputs[0]) && *shapeOf(g, n.inputs[0]) == *shapeOf(g, n.outputs[0]);
+  bool wholeSlice = (n.kind == "aten::slice" || n.kind == "aten::narrow") && shapeOf(g, n.inputs.at(0)) &&
+                    shapeOf(g, n.outputs.at(0)) && *shapeOf(g, n.inputs.at(0)) == *shapeOf(g, n.outputs.at(0));
   if (f.axes.contains(*dim) && !wholeSlice) {
     ctx.breakHere("takes a part along the mean-zero axis " + std::to_string(*dim) +
                   "; a part of a mean-zero row is not mean-zero");
@@ -134,7 +140,7 @@ ShiftOutcome sliceShift(const ShiftInput& in) {
   const auto& n = g.node(in.node);
   auto axes = in.axes;
   if (removesDim(n.kind)) {
-    auto dim = dimArg(g, n.inputs[1], rankOf(g, n.inputs[0]));
+    auto dim = dimArg(g, n.inputs.at(1), rankOf(g, n.inputs.at(0)));
     if (!dim) return unsafeSeen(in, "has a non-constant dim");
     axes = dropAxis(axes, *dim);
   }
@@ -151,7 +157,7 @@ std::optional<int64_t> lastIndexedDim(const Graph& g, const Node& n) {
   int64_t last = -1;
   const auto& items = g.node(list).inputs;
   for (std::size_t i = 0; i < items.size(); ++i)
-    if (!g.isNoneValue(items[i])) last = int64_t(i);
+    if (!g.isNoneValue(items.at(i))) last = int64_t(i);
   return last;
 }
 
@@ -162,7 +168,8 @@ void indexMz(MeanZeroContext& ctx) {
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
   auto last = lastIndexedDim(g, n);
   if (!last) { ctx.breakHere("its index list is not readable"); return; }
-  auto ri = rankOf(g, n.inputs[0]), ro = rankOf(g, n.outputs[0]);
+  auto ri = rankOf(g, n.inputs.at(0)), ro = rankOf(g, n.outputs.at(0));
+  if (ri < 0 || ro < 0) { ctx.breakHere("shapes were not recorded"); return; }
   AxisSet out;
   for (auto a : f.axes.axes()) {
     if (a <= *last) { ctx.breakHere("indexes along the mean-zero axis " + std::to_string(a)); return; }
@@ -177,11 +184,11 @@ ShiftOutcome indexShift(const ShiftInput& in) {
   const auto& n = g.node(in.node);
   auto last = lastIndexedDim(g, n);
   if (!last) return unsafeSeen(in, "has an unreadable index list");
-  auto ri = rankOf(g, n.inputs[0]), ro = rankOf(g, n.outputs[0]);
+  auto ri = rankOf(g, n.inputs.at(0)), ro = rankOf(g, n.outputs.at(0));
   AxisSet out;
   for (auto a : in.axes.axes())
     if (a > *last) out.insert(a + (ro - ri));
-  return ShiftOutcome::passed({{n.outputs[0], out}});
+  return ShiftOutcome::passed({{n.outputs.at(0), out}});
 }
 
 
@@ -189,7 +196,7 @@ void listMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
   if (n.kind == "prim::ListConstruct") {
-    if (g.value(n.outputs[0]).kind != ValueKind::TensorList || n.inputs.empty()) return;
+    if (g.value(n.outputs.at(0)).kind != ValueKind::TensorList || n.inputs.empty()) return;
     // A list is as mean-zero as all its elements (same rank): cat/stack read the elements.
     MeanZeroFact acc = ctx.inputFact(0);
     if (!acc.isMeanZero()) { ctx.propagateBroken(0); return; }
@@ -217,14 +224,14 @@ bool isStack(const std::string& kind) { return kind == "aten::stack"; }
 void catMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  auto list = g.value(n.inputs[0]).producer;
+  auto list = g.value(n.inputs.at(0)).producer;
   if (list == kNone || g.node(list).kind != "prim::ListConstruct") {
     ctx.breakHere("its tensor list is not built in the graph");
     return;
   }
   const auto& parts = g.node(list).inputs;
-  auto outRank = rankOf(g, n.outputs[0]);
-  auto dim = dimArg(g, n.inputs[1], outRank);
+  auto outRank = rankOf(g, n.outputs.at(0));
+  auto dim = dimArg(g, n.inputs.at(1), outRank);
   if (!dim) { ctx.breakHere("its dim is not a constant"); return; }
   MeanZeroFact joined;  // Unknown: the identity of the join
   for (auto p : parts) {
@@ -246,15 +253,15 @@ ShiftOutcome catShift(const ShiftInput& in) {
   if (in.slot != 0) return ShiftOutcome::ignored();
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
-  auto list = g.value(n.inputs[0]).producer;
+  auto list = g.value(n.inputs.at(0)).producer;
   std::size_t parts = list == kNone ? 2 : g.node(list).inputs.size();
-  auto outRank = rankOf(g, n.outputs[0]);
-  auto dim = dimArg(g, n.inputs[1], outRank);
+  auto outRank = rankOf(g, n.outputs.at(0));
+  auto dim = dimArg(g, n.inputs.at(1), outRank);
   if (!dim) return unsafeSeen(in, "has a non-constant dim");
   auto axes = isStack(n.kind) ? insertAxis(in.axes, *dim) : in.axes;
   // Parts shifted by different amounts (or not at all) make the shift vary along the cat axis.
   if (parts > 1) axes.erase(*dim);
-  return ShiftOutcome::passed({{n.outputs[0], axes}});
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
 /// Dims padded by aten::pad/constant_pad_nd (pairs from the last dim backwards).
@@ -262,10 +269,14 @@ ShiftOutcome catShift(const ShiftInput& in) {
 AxisSet paddedDims(const Graph& g, const Node& n) {
   AxisSet out;
   auto pad = g.constantIntList(n.inputs.at(1));
-  auto rank = rankOf(g, n.inputs[0]);
+  auto rank = rankOf(g, n.inputs.at(0));
   if (!pad) return AxisSet::trailing(rank, rank);
   for (std::size_t i = 0; i + 1 < pad->size(); i += 2)
-    if ((*pad)[i] != 0 || (*pad)[i + 1] != 0) out.insert(rank - 1 - int64_t(i / 2));
+    if (pad->at(i) != 0 || pad->at(i + 1) != 0) {
+      // More pad pairs than dims (or an unknown rank): treat every dim as padded.
+      if (rank - 1 - int64_t(i / 2) < 0) return AxisSet::trailing(rank, rank);
+      out.insert(rank - 1 - int64_t(i / 2));
+    }
   return out;
 }
 
@@ -273,13 +284,13 @@ std::string padMode(const Graph& g, const Node& n) {
   if (n.kind == "aten::_pad_enum") {
     // What F::pad becomes in LibTorch's C++ API: the mode is at::padding_mode as an int
     // (reflect, replicate, circular, constant).
-    auto m = n.inputs.size() > 2 ? g.constantInt(n.inputs[2]) : std::nullopt;
+    auto m = n.inputs.size() > 2 ? g.constantInt(n.inputs.at(2)) : std::nullopt;
     if (!m) return "unknown";
     static const char* kModes[] = {"reflect", "replicate", "circular", "constant"};
     return *m >= 0 && *m < 4 ? kModes[*m] : "unknown";
   }
   if (n.kind == "aten::pad" && n.inputs.size() > 2) {
-    if (const auto& c = g.value(n.inputs[2]).constant)
+    if (const auto& c = g.value(n.inputs.at(2)).constant)
       if (auto* s = std::get_if<std::string>(&*c)) return *s;
   }
   if (n.kind == "aten::reflection_pad1d" || n.kind == "aten::reflection_pad2d") return "reflect";
@@ -296,8 +307,8 @@ void padMz(MeanZeroContext& ctx) {
   if (mode == "constant") {
     std::size_t valueSlot = n.kind == "aten::pad" || n.kind == "aten::_pad_enum" ? 3 : 2;
     double value = 0;
-    if (n.inputs.size() > valueSlot && !g.isNoneValue(n.inputs[valueSlot]))
-      value = g.constantDouble(n.inputs[valueSlot]).value_or(1.0);
+    if (n.inputs.size() > valueSlot && !g.isNoneValue(n.inputs.at(valueSlot)))
+      value = g.constantDouble(n.inputs.at(valueSlot)).value_or(1.0);
     if (value != 0) { ctx.breakHere("pads with a non-zero constant"); return; }
     // Zeros added along any axis keep every row's sum at zero.
     ctx.set(0, MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
@@ -317,7 +328,7 @@ ShiftOutcome padShift(const ShiftInput& in) {
   auto axes = in.axes;
   if (padMode(g, n) == "constant")
     for (auto a : paddedDims(g, n).axes()) axes.erase(a);
-  return ShiftOutcome::passed({{n.outputs[0], axes}});
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
 

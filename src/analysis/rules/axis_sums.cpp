@@ -7,12 +7,9 @@ namespace {
 
 std::optional<AxisSet> reducedDims(const Graph& g, const Node& n) {
   if (n.inputs.size() < 2) return std::nullopt;
-  auto dims = g.constantIntList(n.inputs[1]);
+  auto dims = g.constantIntList(n.inputs.at(1));
   if (!dims || dims->empty()) return std::nullopt;
-  auto rank = rankOf(g, n.inputs[0]);
-  AxisSet out;
-  for (auto d : *dims) out.insert(d < 0 ? d + rank : d);
-  return out;
+  return dimListArg(g, n.inputs.at(1), rankOf(g, n.inputs.at(0)));
 }
 
 AxisSet afterReduction(AxisSet axes, AxisSet reduced, bool keepdim) {
@@ -35,7 +32,7 @@ void reduceMz(MeanZeroContext& ctx) {
     ctx.breakHere("reduces over the mean-zero axes");
     return;
   }
-  bool keepdim = n.inputs.size() > 2 && g.constantBool(n.inputs[2]).value_or(false);
+  bool keepdim = n.inputs.size() > 2 && g.constantBool(n.inputs.at(2)).value_or(false);
   ctx.set(0, MeanZeroFact::meanZero(afterReduction(f.axes, *reduced, keepdim), f.leaves, ctx.rule()));
 }
 
@@ -44,24 +41,24 @@ ShiftOutcome reduceShift(const ShiftInput& in) {
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
   auto reduced = reducedDims(g, n);
-  if (!reduced) return ShiftOutcome::passed({{n.outputs[0], AxisSet{}}});
-  bool keepdim = n.inputs.size() > 2 && g.constantBool(n.inputs[2]).value_or(false);
-  return ShiftOutcome::passed({{n.outputs[0], afterReduction(in.axes, *reduced, keepdim)}});
+  if (!reduced) return ShiftOutcome::passed({{n.outputs.at(0), AxisSet{}}});
+  bool keepdim = n.inputs.size() > 2 && g.constantBool(n.inputs.at(2)).value_or(false);
+  return ShiftOutcome::passed({{n.outputs.at(0), afterReduction(in.axes, *reduced, keepdim)}});
 }
 
 
 void attentionMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  auto out = rankOf(g, n.outputs[0]);
-  auto ra = rankOf(g, n.inputs[0]), rb = rankOf(g, n.inputs[1]);
+  auto out = rankOf(g, n.outputs.at(0));
+  auto ra = rankOf(g, n.inputs.at(0)), rb = rankOf(g, n.inputs.at(1));
   const auto& fb = ctx.inputFact(1);
-  if (fb.isMeanZero() && rb >= 2 && fb.axes == AxisSet::of({rb - 1})) {
+  if (fb.isMeanZero() && rb >= 2 && out >= 1 && fb.axes == AxisSet::of({rb - 1})) {
     ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({out - 1}), fb.leaves, ctx.rule()));
     return;
   }
   const auto& fa = ctx.inputFact(0);
-  if (fa.isMeanZero() && ra >= 2 && fa.axes == AxisSet::of({ra - 2})) {
+  if (fa.isMeanZero() && ra >= 2 && out >= 2 && fa.axes == AxisSet::of({ra - 2})) {
     ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({out - 2}), fa.leaves, ctx.rule()));
     return;
   }
@@ -75,28 +72,27 @@ void attentionMz(MeanZeroContext& ctx) {
 ShiftOutcome attentionShift(const ShiftInput& in) {
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
-  auto out = rankOf(g, n.outputs[0]);
-  auto r = rankOf(g, n.inputs[in.slot]);
+  auto out = rankOf(g, n.outputs.at(0));
+  auto r = rankOf(g, n.inputs.at(in.slot));
   if (in.slot == 1 && r >= 2 && in.axes.contains(r - 1))
-    return ShiftOutcome::passed({{n.outputs[0], AxisSet::of({out - 1})}});
+    return ShiftOutcome::passed({{n.outputs.at(0), AxisSet::of({out - 1})}});
   if (in.slot == 0 && r >= 2 && in.axes.contains(r - 2))
-    return ShiftOutcome::passed({{n.outputs[0], AxisSet::of({out - 2})}});
+    return ShiftOutcome::passed({{n.outputs.at(0), AxisSet::of({out - 2})}});
   return unsafeSeen(in, "multiplies the changed value by another tensor");
 }
-
 
 void sdpaMz(MeanZeroContext& ctx) {
   // out = softmax(q k^T / s + mask) v: a weighted sum of the rows of v.
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
   auto rv = rankOf(g, n.inputs.at(2));
-  if (n.inputs.size() > 4 && g.constantDouble(n.inputs[4]).value_or(1.0) != 0.0) {
+  if (n.inputs.size() > 4 && g.constantDouble(n.inputs.at(4)).value_or(1.0) != 0.0) {
     ctx.breakHere("attention dropout is active");
     return;
   }
   const auto& fv = ctx.inputFact(2);
-  if (fv.isMeanZero() && rv >= 1 && fv.axes == AxisSet::of({rv - 1})) {
-    ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({rankOf(g, n.outputs[0]) - 1}), fv.leaves, ctx.rule()));
+  if (fv.isMeanZero() && rv >= 1 && rankOf(g, n.outputs.at(0)) >= 1 && fv.axes == AxisSet::of({rv - 1})) {
+    ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({rankOf(g, n.outputs.at(0)) - 1}), fv.leaves, ctx.rule()));
     return;
   }
   if (fv.isMeanZero()) ctx.breakHere("its value input is mean-zero along other axes than the last");
@@ -108,7 +104,7 @@ ShiftOutcome sdpaShift(const ShiftInput& in) {
   const auto& n = g.node(in.node);
   auto rv = rankOf(g, n.inputs.at(2));
   if (in.slot == 2 && in.axes.contains(rv - 1))
-    return ShiftOutcome::passed({{n.outputs[0], AxisSet::of({rankOf(g, n.outputs[0]) - 1})}});
+    return ShiftOutcome::passed({{n.outputs.at(0), AxisSet::of({rankOf(g, n.outputs.at(0)) - 1})}});
   return unsafeSeen(in, "uses the changed value as query, key or mask");
 }
 

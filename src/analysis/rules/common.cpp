@@ -56,7 +56,7 @@ std::optional<ParamOperand> paramOperand(const Graph& g, ValueId value, int64_t 
     }
     if (val.producer == kNone || (v != value && val.uses.size() != 1)) return std::nullopt;
     const auto& n = g.node(val.producer);
-    auto rank = rankOf(g, n.inputs.empty() ? v : n.inputs[0]);
+    auto rank = rankOf(g, n.inputs.empty() ? v : n.inputs.at(0));
     if (n.kind == "aten::t" || n.kind == "aten::numpy_T") {
       if (rank == 2) axis = 1 - axis;
     } else if (n.kind == "aten::transpose" || n.kind == "aten::swapaxes") {
@@ -67,8 +67,9 @@ std::optional<ParamOperand> paramOperand(const Graph& g, ValueId value, int64_t 
     } else if (n.kind == "aten::permute") {
       auto dims = g.constantIntList(n.inputs.at(1));
       if (!dims || axis >= int64_t(dims->size())) return std::nullopt;
-      auto d = (*dims)[axis];
+      auto d = dims->at(axis);
       axis = d < 0 ? d + rank : d;
+      if (axis < 0 || (rank >= 0 && axis >= rank)) return std::nullopt;
     } else if (n.kind == "aten::contiguous" || n.kind == "aten::detach" || n.kind == "aten::to" ||
                n.kind == "aten::clone" || n.kind == "aten::type_as") {
       // axis unchanged
@@ -100,6 +101,10 @@ bool biasAction(const Graph& g, ValueId bias, std::vector<CenterAction>& actions
 void weightLeaf(MeanZeroContext& ctx, LeafKind kind, ValueId weight, int64_t weightAxis,
                 std::optional<ValueId> bias, int64_t outAxis, int64_t groups) {
   const auto& g = ctx.graph();
+  if (outAxis < 0 || weightAxis < 0) {
+    ctx.breakHere("the ranks of its operands or output were not recorded");
+    return;
+  }
   auto p = paramOperand(g, weight, weightAxis);
   if (!p) {
     ctx.breakHere("its weight is computed in the graph, not a parameter, so it cannot be centered");
@@ -136,6 +141,38 @@ ShiftOutcome passSame(const ShiftInput& in) {
 
 ShiftOutcome unsafeSeen(const ShiftInput& in, const std::string& what) {
   return ShiftOutcome::unsafe(in.graph.node(in.node).kind + " " + what);
+}
+
+MeanZeroFn guardedMeanZero(const std::string& rule, MeanZeroFn fn) {
+  return [rule, fn = std::move(fn)](MeanZeroContext& ctx) {
+    try {
+      fn(ctx);
+    } catch (const std::exception& e) {
+      ctx.breakHere(ctx.node().kind + " does not have the form the " + rule + " rule reads (" + e.what() +
+                    "): treated as breaking");
+    }
+  };
+}
+
+ShiftFn guardedShift(const std::string& rule, ShiftFn fn) {
+  return [rule, fn = std::move(fn)](const ShiftInput& in) {
+    try {
+      return fn(in);
+    } catch (const std::exception& e) {
+      return ShiftOutcome::unsafe(in.graph.node(in.node).kind + " does not have the form the " + rule +
+                                  " rule reads (" + e.what() + "): it is assumed to see the changed value");
+    }
+  };
+}
+
+MatchFn guardedMatch(MatchFn fn) {
+  return [fn = std::move(fn)](const Graph& g, NodeId node) {
+    try {
+      return fn(g, node);
+    } catch (const std::exception&) {
+      return false;  // not this rule's pattern; the op's next rule (or the fallback) decides
+    }
+  };
 }
 
 ShiftOutcome unsafeShift(const ShiftInput& in) { return unsafeSeen(in, "sees the changed value"); }

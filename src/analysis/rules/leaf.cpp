@@ -8,9 +8,9 @@ namespace {
 
 void linearMz(MeanZeroContext& ctx) {
   const auto& n = ctx.node();
-  auto r = rankOf(ctx.graph(), n.outputs[0]);
+  auto r = rankOf(ctx.graph(), n.outputs.at(0));
   std::optional<ValueId> bias;
-  if (n.inputs.size() > 2) bias = n.inputs[2];
+  if (n.inputs.size() > 2) bias = n.inputs.at(2);
   weightLeaf(ctx, LeafKind::Linear, n.inputs.at(1), 0, bias, r - 1);
 }
 
@@ -26,14 +26,14 @@ void addmmMz(MeanZeroContext& ctx) {
 void matmulParamMz(MeanZeroContext& ctx) {
   const auto& n = ctx.node();
   const auto& g = ctx.graph();
-  auto out = rankOf(g, n.outputs[0]);
-  auto rb = rankOf(g, n.inputs[1]);
-  if (isParamOperand(g, n.inputs[1])) {
-    weightLeaf(ctx, LeafKind::Matmul, n.inputs[1], rb - 1, std::nullopt, out - 1);
+  auto out = rankOf(g, n.outputs.at(0));
+  auto rb = rankOf(g, n.inputs.at(1));
+  if (isParamOperand(g, n.inputs.at(1))) {
+    weightLeaf(ctx, LeafKind::Matmul, n.inputs.at(1), rb - 1, std::nullopt, out - 1);
   } else {
-    auto ra = rankOf(g, n.inputs[0]);
+    auto ra = rankOf(g, n.inputs.at(0));
     if (ra < 2 || out < 2) { ctx.breakHere("a vector-matrix product cannot be centered"); return; }
-    weightLeaf(ctx, LeafKind::Matmul, n.inputs[0], ra - 2, std::nullopt, out - 2);
+    weightLeaf(ctx, LeafKind::Matmul, n.inputs.at(0), ra - 2, std::nullopt, out - 2);
   }
 }
 
@@ -55,7 +55,7 @@ void convMz(MeanZeroContext& ctx) {
   if (!groups || *groups < 1) { ctx.breakHere("its groups argument is not a constant"); return; }
   const auto* w = shapeOf(g, n.inputs.at(1));
   if (!w || w->size() < 2) { ctx.breakHere("its weight shape is unknown"); return; }
-  int64_t outPerGroup = transposed ? (*w)[1] : (*w)[0] / *groups;
+  int64_t outPerGroup = transposed ? w->at(1) : w->at(0) / *groups;
   if (outPerGroup <= 1) {
     ctx.breakHere("depthwise convolution (one output channel per group): centering within a "
                   "group of one channel would zero it, so it is not a general linear leaf");
@@ -69,7 +69,7 @@ void convMz(MeanZeroContext& ctx) {
 
 void embeddingMz(MeanZeroContext& ctx) {
   const auto& n = ctx.node();
-  auto r = rankOf(ctx.graph(), n.outputs[0]);
+  auto r = rankOf(ctx.graph(), n.outputs.at(0));
   weightLeaf(ctx, LeafKind::Embedding, n.inputs.at(0), 1, std::nullopt, r - 1);
 }
 
@@ -78,7 +78,7 @@ void parameterMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
   if (n.outputs.size() != 1) return;
-  const auto& v = g.value(n.outputs[0]);
+  const auto& v = g.value(n.outputs.at(0));
   if (v.kind != ValueKind::Tensor) return;  // modules, ints, lists: not tensors
   if (v.param == kNone) {
     ctx.breakHere("a constant that is not a tensor parameter");
@@ -88,7 +88,7 @@ void parameterMz(MeanZeroContext& ctx) {
   if (!shape) shape = &g.parameter(v.param).shape;
   int64_t axis = -1;
   for (int64_t a = int64_t(shape->size()) - 1; a >= 0; --a)
-    if ((*shape)[a] > 1) { axis = a; break; }
+    if (shape->at(a) > 1) { axis = a; break; }
   if (axis < 0) {
     ctx.breakHere("a parameter of a single element per row cannot be centered");
     return;
@@ -105,26 +105,26 @@ void parameterMz(MeanZeroContext& ctx) {
 
 bool isMeanSubtraction(const Graph& g, NodeId id) {
   const auto& n = g.node(id);
-  if (n.inputs.size() < 2 || !isTensor(g, n.inputs[1])) return false;
-  auto m = g.value(n.inputs[1]).producer;
+  if (n.inputs.size() < 2 || !isTensor(g, n.inputs.at(1))) return false;
+  auto m = g.value(n.inputs.at(1)).producer;
   if (m == kNone || g.node(m).kind != "aten::mean") return false;
   const auto& mean = g.node(m);
-  if (mean.inputs.size() < 3 || mean.inputs[0] != n.inputs[0]) return false;
-  if (!g.constantBool(mean.inputs[2]).value_or(false)) return false;
-  if (n.inputs.size() > 2 && g.constantDouble(n.inputs[2]).value_or(0) != 1.0) return false;
-  return g.constantIntList(mean.inputs[1]).has_value();
+  if (mean.inputs.size() < 3 || mean.inputs.at(0) != n.inputs.at(0)) return false;
+  if (!g.constantBool(mean.inputs.at(2)).value_or(false)) return false;
+  if (n.inputs.size() > 2 && g.constantDouble(n.inputs.at(2)).value_or(0) != 1.0) return false;
+  return g.constantIntList(mean.inputs.at(1)).has_value();
 }
 
 void meanSubtractionMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
-  const auto& mean = g.node(g.value(ctx.node().inputs[1]).producer);
-  auto rank = rankOf(g, ctx.node().inputs[0]);
-  AxisSet axes;
-  auto dims = g.constantIntList(mean.inputs[1]);
-  for (auto d : *dims) axes.insert(d < 0 ? d + rank : d);
+  const auto& mean = g.node(g.value(ctx.node().inputs.at(1)).producer);
+  auto rank = rankOf(g, ctx.node().inputs.at(0));
+  auto dims = dimListArg(g, mean.inputs.at(1), rank);
+  if (!dims || dims->empty()) { ctx.breakHere("its mean's dims are not dims of the input"); return; }
+  AxisSet axes = *dims;
   Leaf leaf;
   leaf.kind = LeafKind::MeanSubtraction;
-  leaf.output = ctx.node().outputs[0];
+  leaf.output = ctx.node().outputs.at(0);
   leaf.axes = axes;
   auto id = ctx.addLeaf(std::move(leaf));
   ctx.set(0, MeanZeroFact::meanZero(axes, {id}, ctx.rule()));
@@ -135,16 +135,16 @@ void nativeMhaMz(MeanZeroContext& ctx) {
   // aten::_native_multi_head_attention(q, k, v, embed_dim, num_head, qkv_weight, qkv_bias,
   // proj_weight, proj_bias, mask, ...) -> (out, weights): out ends in the output projection.
   const auto& n = ctx.node();
-  auto r = rankOf(ctx.graph(), n.outputs[0]);
+  auto r = rankOf(ctx.graph(), n.outputs.at(0));
   weightLeaf(ctx, LeafKind::Linear, n.inputs.at(7), 0, n.inputs.at(8), r - 1);
-  if (n.outputs.size() > 1 && ctx.graph().value(n.outputs[1]).kind == ValueKind::Tensor)
+  if (n.outputs.size() > 1 && ctx.graph().value(n.outputs.at(1)).kind == ValueKind::Tensor)
     ctx.set(1, MeanZeroFact::broken(ctx.nodeId(), "attention weights are positive", ctx.rule()));
 }
 
 
 bool matmulHasParameterOperand(const Graph& g, NodeId node) {
   const auto& n = g.node(node);
-  return n.inputs.size() >= 2 && (isParamOperand(g, n.inputs[1]) || isParamOperand(g, n.inputs[0]));
+  return n.inputs.size() >= 2 && (isParamOperand(g, n.inputs.at(1)) || isParamOperand(g, n.inputs.at(0)));
 }
 
 }  // namespace

@@ -9,18 +9,18 @@ ShiftOutcome addSubShift(const ShiftInput& in) {
   const auto& g = in.graph;
   const auto& n = g.node(in.node);
   if (in.slot > 1) return unsafeSeen(in, "uses the changed value as its alpha");
-  auto out = rankOf(g, n.outputs[0]);
-  auto v = n.inputs[in.slot];
+  auto out = rankOf(g, n.outputs.at(0));
+  auto v = n.inputs.at(in.slot);
   auto axes = alignAxes(in.axes, rankOf(g, v), out);
   // Axes along which the shifted operand is broadcast carry the same shift everywhere.
-  if (const auto* s = shapeOf(g, v); s && shapeOf(g, n.outputs[0])) {
-    const auto& os = *shapeOf(g, n.outputs[0]);
+  if (const auto* s = shapeOf(g, v); s && shapeOf(g, n.outputs.at(0)) && int64_t(s->size()) <= out) {
+    const auto& os = *shapeOf(g, n.outputs.at(0));
     for (int64_t a = 0; a < out; ++a) {
       int64_t ia = a - (out - int64_t(s->size()));
-      if (ia < 0 || ((*s)[ia] == 1 && os[a] != 1)) axes.insert(a);
+      if (ia < 0 || (s->at(ia) == 1 && os.at(a) != 1)) axes.insert(a);
     }
   }
-  return ShiftOutcome::passed({{n.outputs[0], axes}});
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
 ShiftOutcome identityShift(const ShiftInput& in) {
@@ -34,7 +34,7 @@ void addSubMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
   auto a = n.inputs.at(0), b = n.inputs.at(1);
-  auto out = rankOf(g, n.outputs[0]);
+  auto out = rankOf(g, n.outputs.at(0));
   if (!isTensor(g, b)) {
     auto c = g.constantDouble(b);
     if (c && *c == 0.0) {
@@ -59,7 +59,7 @@ void addSubMz(MeanZeroContext& ctx) {
 void scaleMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  auto out = rankOf(g, n.outputs[0]);
+  auto out = rankOf(g, n.outputs.at(0));
   bool isDiv = n.kind.find("div") != std::string::npos;
   for (std::size_t slot = 0; slot < 2; ++slot) {
     if (isDiv && slot == 1) break;
@@ -87,18 +87,18 @@ ShiftOutcome scaleShift(const ShiftInput& in) {
   const auto& n = g.node(in.node);
   bool isDiv = n.kind.find("div") != std::string::npos;
   if (in.slot > 1 || (isDiv && in.slot == 1)) return unsafeSeen(in, "divides by the changed value");
-  auto out = rankOf(g, n.outputs[0]);
-  auto axes = alignAxes(in.axes, rankOf(g, n.inputs[in.slot]), out);
-  if (!constantAlong(g, n.inputs[1 - in.slot], axes, out))
+  auto out = rankOf(g, n.outputs.at(0));
+  auto axes = alignAxes(in.axes, rankOf(g, n.inputs.at(in.slot)), out);
+  if (!constantAlong(g, n.inputs.at(1 - in.slot), axes, out))
     return unsafeSeen(in, "multiplies the change by a tensor that varies along its axes");
-  return ShiftOutcome::passed({{n.outputs[0], axes}});
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
 
 void identityMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  if (const auto& t = g.value(n.outputs[0]).tensor) {
+  if (const auto& t = g.value(n.outputs.at(0)).tensor) {
     const auto& d = t->dtype;
     if (d != "float32" && d != "float64" && d != "float16" && d != "bfloat16") {
       ctx.breakHere("casts to " + d);
@@ -114,9 +114,9 @@ void identityMz(MeanZeroContext& ctx) {
 /// p == 0 drops nothing and scales by 1/(1-0) = 1 whatever the training flag (torchvision's
 /// Swin calls F.dropout(x, p=0.0) with training left True); training False is the identity too.
 std::optional<std::string> dropoutMask(const Graph& g, const Node& n) {
-  auto p = n.inputs.size() > 1 ? g.constantDouble(n.inputs[1]) : std::nullopt;
+  auto p = n.inputs.size() > 1 ? g.constantDouble(n.inputs.at(1)) : std::nullopt;
   if (p && *p == 0.0) return std::nullopt;
-  auto train = n.inputs.size() > 2 ? g.constantBool(n.inputs[2]) : std::nullopt;
+  auto train = n.inputs.size() > 2 ? g.constantBool(n.inputs.at(2)) : std::nullopt;
   if (train && !*train) return std::nullopt;
   if (!train) return "dropout whose training flag is not a constant (a random mask when training)";
   if (!p) return "dropout in training mode with a probability that is not a constant (a random mask)";

@@ -16,14 +16,24 @@ using MeanZeroFn = std::function<void(MeanZeroContext&)>;
 using ShiftFn = std::function<ShiftOutcome(const ShiftInput&)>;
 using MatchFn = std::function<bool(const Graph&, NodeId)>;
 
-/// Appends the rules of one family to the registry under construction.
+/// No input may crash the analysis: a rule that meets a node it cannot read (an operand
+/// missing, a shape of another rank than its dims say) throws from a checked access, and these
+/// wrappers turn that into the fallback's answer, named: the outputs break, the shift is seen,
+/// the rule does not match.
+MeanZeroFn guardedMeanZero(const std::string& rule, MeanZeroFn fn);
+ShiftFn guardedShift(const std::string& rule, ShiftFn fn);
+MatchFn guardedMatch(MatchFn fn);
+
+/// Appends the rules of one family to the registry under construction, each guarded.
 class FamilyTable {
  public:
   FamilyTable(std::vector<Rule>& rules, RuleFamily family) : rules_(rules), family_(family) {}
   void add(std::string name, std::vector<std::string> ops, std::string rationale, MeanZeroFn meanZero,
            ShiftFn shift, MatchFn matches = {}) {
-    rules_.push_back(Rule{std::move(name), family_, std::move(ops), std::move(rationale), std::move(meanZero),
-                          std::move(shift), std::move(matches)});
+    auto mz = guardedMeanZero(name, std::move(meanZero));
+    auto sh = guardedShift(name, std::move(shift));
+    rules_.push_back(Rule{std::move(name), family_, std::move(ops), std::move(rationale), std::move(mz),
+                          std::move(sh), matches ? guardedMatch(std::move(matches)) : MatchFn{}});
   }
 
  private:

@@ -6,7 +6,7 @@ namespace {
 
 void shapeOnlyMz(MeanZeroContext& ctx) {
   for (std::size_t i = 0; i < ctx.node().outputs.size(); ++i)
-    if (isTensor(ctx.graph(), ctx.node().outputs[i]))
+    if (isTensor(ctx.graph(), ctx.node().outputs.at(i)))
       ctx.set(i, MeanZeroFact::broken(ctx.nodeId(), "a tensor computed from shapes or constants",
                                       ctx.rule()));
 }
