@@ -101,6 +101,13 @@ AxisSet parseAxes(const std::string& s) {  // "{0,2}"
   return out;
 }
 
+// Boolean masks from the arbitrary input %u: %rows selects whole rows, %elems single elements.
+const std::string kRowMasks =
+    "  %c0 : float = prim::Constant[value=0.]()\n"
+    "  %usum : Tensor = aten::sum(%u, %last, %t, %none)\n"
+    "  %rows : Tensor = aten::gt(%usum, %c0)\n"
+    "  %elems : Tensor = aten::gt(%u, %c0)\n";
+
 struct Row {
   std::string rule;
   std::string body;      // IR lines after the prelude
@@ -148,6 +155,14 @@ const std::vector<Row>& rows() {
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"dropout", "  %p : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::dropout(%y, %p, %t)\n",
      "h", "broken", 0, "{2}", "unsafe"},
+    // Whole rows zeroed (ESM's token dropout, padding): rows stay mean-zero, a row's shift
+    // becomes 0 or stays. %rows is [2,3,1] (constant along axis 2), %elems [2,3,8].
+    {"row-mask", kRowMasks + "  %h : Tensor = aten::masked_fill(%y, %rows, %c0)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"row-mask", kRowMasks + "  %h : Tensor = aten::where(%rows, %c0, %y)\n", "h", "mean-zero {2}", 2, "{2}", "passed {2}"},
+    {"row-mask", kRowMasks + "  %h : Tensor = aten::where(%rows, %y, %c0)\n", "h", "mean-zero {2}", 1, "{1,2}", "passed {2}"},
+    {"row-mask", kRowMasks + "  %h : Tensor = aten::masked_fill(%y, %elems, %c0)\n", "h", "broken", 0, "{2}", "passed {}"},
+    {"row-mask", kRowMasks + "  %c1 : float = prim::Constant[value=1.]()\n  %h : Tensor = aten::masked_fill(%y, %rows, %c1)\n",
+     "h", "broken", 1, "{2}", "unsafe"},
     // ---- axis ----
     {"view", "  %s : int[] = prim::Constant[value=[6, 8]]()\n  %h : Tensor = aten::view(%y, %s)\n",
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},

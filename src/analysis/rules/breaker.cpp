@@ -44,7 +44,7 @@ void addBreakerRules(std::vector<Rule>& rules) {
          "aten::hardtanh", "aten::hardsigmoid", "aten::mish", "aten::softplus", "aten::exp",
          "aten::log", "aten::pow", "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::square",
          "aten::erf", "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::sin", "aten::cos",
-         "aten::where", "aten::masked_fill", "aten::masked_fill_", "aten::maximum", "aten::minimum",
+         "aten::maximum", "aten::minimum",
          "aten::reciprocal", "aten::sign", "aten::baddbmm", "aten::einsum",
          "aten::max_pool2d", "aten::adaptive_avg_pool2d", "aten::avg_pool2d", "aten::max", "aten::min"},
         "nonlinear (or not yet proven linear) ops do not preserve a zero mean and see any change "

@@ -134,6 +134,57 @@ ShiftOutcome dropoutShift(const ShiftInput& in) {
   return identityShift(in);
 }
 
+/// masked_fill(x, mask, fill) or where(mask, fill, x) / where(mask, x, fill): which operand is
+/// the data, which the mask, which the fill. nullopt for other forms (where(cond) alone).
+struct MaskForm {
+  std::size_t data, mask, fill;
+};
+
+std::optional<MaskForm> maskForm(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 3) return std::nullopt;
+  if (n.kind != "aten::where") return MaskForm{0, 1, 2};
+  // The data is the tensor operand that is not a constant 0; a constant 0 is the fill.
+  auto isZero = [&](std::size_t slot) { return g.constantDouble(n.inputs.at(slot)) == std::optional<double>(0.0); };
+  if (isZero(1) && !isZero(2)) return MaskForm{2, 0, 1};
+  if (isZero(2)) return MaskForm{1, 0, 2};
+  return MaskForm{isTensor(g, n.inputs.at(1)) ? std::size_t(1) : std::size_t(2), 0,
+                  isTensor(g, n.inputs.at(1)) ? std::size_t(2) : std::size_t(1)};
+}
+
+void rowMaskMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  auto form = maskForm(g, n);
+  if (!form) { ctx.breakHere("a where with one operand returns indices"); return; }
+  const auto& f = ctx.inputFact(form->data);
+  if (!f.isMeanZero()) { ctx.propagateBroken(form->data); return; }
+  if (g.constantDouble(n.inputs.at(form->fill)) != std::optional<double>(0.0)) {
+    ctx.breakHere("fills the masked elements with a value that is not the constant 0");
+    return;
+  }
+  auto out = rankOf(g, n.outputs.at(0));
+  auto axes = alignAxes(f.axes, rankOf(g, n.inputs.at(form->data)), out);
+  if (out < 0 || axes.empty() || !constantAlong(g, n.inputs.at(form->mask), axes, out)) {
+    ctx.breakHere("its mask varies along the mean-zero axes (it zeroes parts of a row, not whole rows)");
+    return;
+  }
+  ctx.set(0, MeanZeroFact::meanZero(axes, f.leaves, ctx.rule()));
+}
+
+ShiftOutcome rowMaskShift(const ShiftInput& in) {
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  auto form = maskForm(g, n);
+  if (!form || in.slot != form->data) return unsafeSeen(in, "uses the changed value as its mask or fill");
+  // The change becomes c where the mask is off and 0 where it is on (whatever the fill): still
+  // constant along the shift's axes along which the mask is constant.
+  auto out = rankOf(g, n.outputs.at(0));
+  AxisSet axes;
+  for (auto a : alignAxes(in.axes, rankOf(g, n.inputs.at(form->data)), out).axes())
+    if (constantAlong(g, n.inputs.at(form->mask), AxisSet::of({a}), out)) axes.insert(a);
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
+}
+
 }  // namespace
 
 void addPreservingRules(std::vector<Rule>& rules) {
@@ -173,6 +224,17 @@ void addPreservingRules(std::vector<Rule>& rules) {
         "dropout with p = 0 (whatever the training flag) or in eval mode is the identity; in "
         "training mode with p > 0 it multiplies by a random mask, which breaks the zero mean and "
         "makes a shift vary", dropoutMz, dropoutShift);
+  // masked_fill(x, mask, 0) and where(mask, 0, x) / where(mask, x, 0) (ESM's token dropout,
+  // padding): whole rows set to zero.
+  //   mean-zero: x mean-zero along B and the mask constant along B (size 1 there: it selects
+  //              whole rows) -> x's fact; a fill other than the constant 0, or a mask varying
+  //              along B, breaks.
+  //   shift:     a shift of x passes, constant along the axes the mask is constant along
+  //              (masked rows change by 0, the others by c); a changed mask or fill is seen.
+  t.add("row-mask", {"aten::masked_fill", "aten::masked_fill_", "aten::where"},
+        "zeroing whole rows (a mask constant along the mean-zero axes, fill 0) keeps every row "
+        "mean-zero, and a row's shift becomes 0 or stays: constant along the row either way; a "
+        "non-zero fill or a mask within rows breaks", rowMaskMz, rowMaskShift);
 }
 
 }  // namespace foldnorm::rules
