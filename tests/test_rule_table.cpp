@@ -108,6 +108,11 @@ const std::string kRowMasks =
     "  %rows : Tensor = aten::gt(%usum, %c0)\n"
     "  %elems : Tensor = aten::gt(%u, %c0)\n";
 
+// A convolution output [1,8,4,4], mean-zero along its channels once cw and b are centered.
+const std::string kConv =
+    "  %cs : int[] = prim::Constant[value=[1, 1]]()\n  %cp : int[] = prim::Constant[value=[0, 0]]()\n"
+    "  %cv : Tensor = aten::conv2d(%img, %cw, %b, %cs, %cp, %cs, %one)\n";
+
 struct Row {
   std::string rule;
   std::string body;      // IR lines after the prelude
@@ -193,15 +198,53 @@ const std::vector<Row>& rows() {
      "  %dp : float = prim::Constant[value=0.]()\n"
      "  %h : Tensor = aten::scaled_dot_product_attention(%u, %u, %y, %none, %dp, %f, %none, %f)\n",
      "h", "mean-zero {2}", 2, "{2}", "passed {2}"},
+    // einsum: with a parameter a linear map (leaf); of computed tensors a weighted sum
+    {"einsum-parameter", "  %eq : str = prim::Constant[value=\"bij,kj->bik\"]()\n  %l : Tensor[] = prim::ListConstruct(%x, %w)\n"
+                         "  %h : Tensor = aten::einsum(%eq, %l, %none)\n", "h", "mean-zero {2}", 1, "{2}", "unsafe"},
+    {"einsum", "  %ut : Tensor = aten::transpose(%u, %one, %two)\n  %s : Tensor = aten::matmul(%u, %ut)\n"
+               "  %pr : Tensor = aten::softmax(%s, %m1, %none)\n  %eq : str = prim::Constant[value=\"bqk,bkd->bqd\"]()\n"
+               "  %l : Tensor[] = prim::ListConstruct(%pr, %y)\n  %h : Tensor = aten::einsum(%eq, %l, %none)\n",
+     "h", "mean-zero {2}", 1, "{2}", "unsafe"},
+    // ---- axis, spatial: %cv = conv2d(img) is [1,8,4,4], mean-zero along the channels ----
+    {"average-pool", kConv + "  %k : int[] = prim::Constant[value=[2, 2]]()\n  %p0 : int[] = prim::Constant[value=[0, 0]]()\n"
+                     "  %h : Tensor = aten::avg_pool2d(%cv, %k, %k, %p0, %f, %t, %none)\n", "h", "mean-zero {1}", 0, "{1,2,3}", "passed {1}"},
+    {"average-pool", kConv + "  %k : int[] = prim::Constant[value=[1, 1]]()\n  %h : Tensor = aten::adaptive_avg_pool2d(%cv, %k)\n",
+     "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    // pooling along the mean-zero axis itself breaks
+    {"average-pool", "  %k : int[] = prim::Constant[value=[2]]()\n  %p0 : int[] = prim::Constant[value=[0]]()\n"
+                     "  %h : Tensor = aten::avg_pool1d(%y, %k, %k, %p0, %f, %t)\n", "h", "broken", 0, "{2}", "passed {}"},
+    {"to-channels", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1,2,3}", "passed {1,2,3}"},
+    {"to-channels", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1}", "passed {}"},
+    {"to-channels", kConv + "  %h : Tensor = aten::channel_shuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"to-channels", kConv + "  %k : int[] = prim::Constant[value=[2, 2]]()\n  %d1 : int[] = prim::Constant[value=[1, 1]]()\n"
+                    "  %p0 : int[] = prim::Constant[value=[0, 0]]()\n  %h : Tensor = aten::im2col(%cv, %k, %d1, %p0, %d1)\n",
+     "h", "mean-zero {1}", 0, "{1}", "unsafe"},
+    // baddbmm: softmax(u u^T) @ y + b, a weighted sum of mean-zero rows plus a centered bias
+    {"baddbmm", "  %ut : Tensor = aten::transpose(%u, %one, %two)\n  %s : Tensor = aten::matmul(%u, %ut)\n"
+                "  %pr : Tensor = aten::softmax(%s, %m1, %none)\n  %h : Tensor = aten::baddbmm(%b, %pr, %y, %one, %one)\n",
+     "h", "mean-zero {2}", 2, "{2}", "passed {2}"},
+    {"baddbmm", "  %ut : Tensor = aten::transpose(%u, %one, %two)\n  %s : Tensor = aten::matmul(%u, %ut)\n"
+                "  %pr : Tensor = aten::softmax(%s, %m1, %none)\n  %h : Tensor = aten::baddbmm(%b, %pr, %y, %one, %one)\n",
+     "h", "mean-zero {2}", 0, "{0}", "passed {0,1,2}"},
     // ---- absorber ----
     {"layer-norm", "  %s : int[] = prim::Constant[value=[8]]()\n"
                    "  %h : Tensor = aten::layer_norm(%y, %s, %ln_w, %ln_b, %eps, %f)\n", "h", "broken", 0, "{2}", "absorbed"},
     {"softmax", "  %h : Tensor = aten::softmax(%y, %m1, %none)\n", "h", "broken", 0, "{2}", "absorbed"},
+    // export IR's LayerNorm: absorbs unless its mean output is used
+    {"native-layer-norm", "  %s : int[] = prim::Constant[value=[8]]()\n"
+                          "  %h : Tensor, %hm : Tensor, %hr : Tensor = aten::native_layer_norm(%y, %s, %ln_w, %ln_b, %eps)\n",
+     "h", "broken", 0, "{2}", "absorbed"},
+    {"native-layer-norm", "  %s : int[] = prim::Constant[value=[8]]()\n"
+                          "  %h0 : Tensor, %hm : Tensor, %hr : Tensor = aten::native_layer_norm(%y, %s, %ln_w, %ln_b, %eps)\n"
+                          "  %h : Tensor = aten::add(%h0, %hm, %one)\n", "op:aten::native_layer_norm", "broken", 0, "{2}", "unsafe"},
+    {"group-norm", kConv + "  %h : Tensor = aten::group_norm(%cv, %one, %none, %none, %eps, %f)\n", "h", "broken", 0, "{1,2,3}", "absorbed"},
+    {"group-norm", kConv + "  %h : Tensor = aten::group_norm(%cv, %two, %none, %none, %eps, %f)\n", "h", "broken", 0, "{1}", "unsafe"},
     // ---- shape-only ----
     {"shape-only", "  %h : Tensor = aten::zeros_like(%y, %none, %none, %none, %none, %none)\n", "h", "broken", 0, "{2}", "ignored"},
     // ---- breaker ----
     {"nonlinearity", "  %h : Tensor = aten::relu(%y)\n", "h", "broken", 0, "{2}", "unsafe"},
-    {"normalization", "  %h : Tensor = aten::group_norm(%y, %one, %none, %none, %eps, %f)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"normalization", "  %s : int[] = prim::Constant[value=[8]]()\n  %h : Tensor = aten::rms_norm(%y, %s, %ln_w, %none)\n",
+     "h", "broken", 0, "{2}", "unsafe"},
     {"creation", "  %s : int[] = prim::Constant[value=[3, 8]]()\n  %h0 : Tensor = aten::zeros(%s, %none, %none, %none, %none)\n"
                  "  %h : Tensor = aten::add(%y, %h0, %one)\n", "op:aten::zeros", "broken", 0, "{1}", "unsafe"},
     {"model-input", "  %h : Tensor = aten::add(%y, %u, %one)\n", "u", "broken", 0, "{2}", "ignored"},

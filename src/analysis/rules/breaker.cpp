@@ -45,15 +45,15 @@ void addBreakerRules(std::vector<Rule>& rules) {
          "aten::log", "aten::pow", "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::square",
          "aten::erf", "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::sin", "aten::cos",
          "aten::maximum", "aten::minimum",
-         "aten::reciprocal", "aten::sign", "aten::baddbmm", "aten::einsum",
-         "aten::max_pool2d", "aten::adaptive_avg_pool2d", "aten::avg_pool2d", "aten::max", "aten::min"},
+         "aten::reciprocal", "aten::sign",
+         "aten::max_pool2d", "aten::max", "aten::min"},
         "nonlinear (or not yet proven linear) ops do not preserve a zero mean and see any change "
         "of their input", breaksAs("nonlinear"), unsafeShift);
   // Normalizations other than LayerNorm.
   //   mean-zero: broken (an affine output). shift: seen (they do not absorb in general).
   t.add("normalization",
-        {"aten::batch_norm", "aten::group_norm", "aten::instance_norm", "aten::rms_norm",
-         "aten::_fused_rms_norm", "foldnorm::rms_norm", "aten::native_layer_norm"},
+        {"aten::batch_norm", "aten::instance_norm", "aten::rms_norm", "aten::_fused_rms_norm",
+         "foldnorm::rms_norm"},
         "normalizations other than LayerNorm neither output nor (in general) absorb a zero mean",
         breaksAs("a normalization with an affine output"), unsafeShift);
   // Tensors created in the graph.

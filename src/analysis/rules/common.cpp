@@ -1,5 +1,8 @@
 // What every rule file shares: the context rules write facts through, the family names, and
 // the helpers of rule_helpers.h.
+#include <algorithm>
+#include <cctype>
+
 #include "rule_helpers.h"
 
 namespace foldnorm {
@@ -141,6 +144,45 @@ ShiftOutcome passSame(const ShiftInput& in) {
 
 ShiftOutcome unsafeSeen(const ShiftInput& in, const std::string& what) {
   return ShiftOutcome::unsafe(in.graph.node(in.node).kind + " " + what);
+}
+
+std::optional<EinsumForm> einsumForm(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 2) return std::nullopt;
+  const auto& c = g.value(n.inputs.at(0)).constant;
+  const auto* text = c ? std::get_if<std::string>(&*c) : nullptr;
+  auto list = g.value(n.inputs.at(1)).producer;
+  if (!text || list == kNone || g.node(list).kind != "prim::ListConstruct") return std::nullopt;
+  std::string eq;
+  for (char ch : *text)
+    if (ch != ' ') eq += ch;
+  auto arrow = eq.find("->");
+  if (arrow == std::string::npos || eq.find('.') != std::string::npos) return std::nullopt;
+  EinsumForm form;
+  form.list = list;
+  form.tensors = g.node(list).inputs;
+  form.output = eq.substr(arrow + 2);
+  std::string lhs = eq.substr(0, arrow);
+  for (std::size_t start = 0;;) {
+    auto comma = lhs.find(',', start);
+    form.operands.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (form.operands.size() != form.tensors.size()) return std::nullopt;
+  for (std::size_t i = 0; i < form.operands.size(); ++i)
+    if (rankOf(g, form.tensors[i]) != int64_t(form.operands[i].size())) return std::nullopt;
+  for (const auto& s : form.operands)
+    for (char ch : s)
+      if (!std::isalpha(static_cast<unsigned char>(ch))) return std::nullopt;
+  return form;
+}
+
+int64_t carriedAxis(const EinsumForm& form, std::size_t i, char letter) {
+  auto count = [&](const std::string& s) { return std::count(s.begin(), s.end(), letter); };
+  if (count(form.operands.at(i)) != 1 || count(form.output) != 1) return -1;
+  for (std::size_t j = 0; j < form.operands.size(); ++j)
+    if (j != i && count(form.operands[j]) != 0) return -1;
+  return int64_t(form.output.find(letter));
 }
 
 MeanZeroFn guardedMeanZero(const std::string& rule, MeanZeroFn fn) {

@@ -142,6 +142,48 @@ void nativeMhaMz(MeanZeroContext& ctx) {
 }
 
 
+/// The parameter operand of a two-operand einsum and an output letter it alone carries.
+struct EinsumLeaf {
+  std::size_t operand;
+  char letter;
+};
+
+std::optional<EinsumLeaf> einsumLeaf(const Graph& g, const Node& n) {
+  auto form = einsumForm(g, n);
+  if (!form || form->tensors.size() != 2) return std::nullopt;
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (!isParamOperand(g, form->tensors[i]) || isParamOperand(g, form->tensors[1 - i])) continue;
+    // Prefer the output's last axis (where a LayerNorm normalizes).
+    for (auto it = form->output.rbegin(); it != form->output.rend(); ++it)
+      if (carriedAxis(*form, i, *it) >= 0) return EinsumLeaf{i, *it};
+  }
+  return std::nullopt;
+}
+
+void einsumParameterMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  auto form = einsumForm(g, ctx.node());
+  auto leafForm = einsumLeaf(g, ctx.node());
+  if (!form || !leafForm) { ctx.breakHere("no output axis is carried by the parameter alone"); return; }
+  ValueId weight = form->tensors.at(leafForm->operand);
+  auto p = paramOperand(g, weight, int64_t(form->operands.at(leafForm->operand).find(leafForm->letter)));
+  if (!p) { ctx.breakHere("its parameter operand cannot be traced to a parameter"); return; }
+  auto outAxis = carriedAxis(*form, leafForm->operand, leafForm->letter);
+  Leaf leaf;
+  leaf.kind = LeafKind::Matmul;
+  leaf.output = ctx.node().outputs.at(0);
+  leaf.axes = AxisSet::of({outAxis});
+  leaf.actions.push_back({p->param, p->paramAxis, 1});
+  // The parameter reaches einsum through its operand list: the list is part of the leaf, so
+  // that read belongs to it (and is not taken for another reader of the parameter).
+  leaf.chain = p->chain;
+  leaf.chain.push_back(form->list);
+  auto id = ctx.addLeaf(std::move(leaf));
+  ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({outAxis}), {id}, ctx.rule()));
+}
+
+bool einsumHasParameterLeaf(const Graph& g, NodeId node) { return einsumLeaf(g, g.node(node)).has_value(); }
+
 bool matmulHasParameterOperand(const Graph& g, NodeId node) {
   const auto& n = g.node(node);
   return n.inputs.size() >= 2 && (isParamOperand(g, n.inputs.at(1)) || isParamOperand(g, n.inputs.at(0)));
@@ -190,6 +232,14 @@ void addLeafRules(std::vector<Rule>& rules) {
         "nn.MultiheadAttention's fused inference op ends in its output projection (proj_weight "
         "[E,E], proj_bias): centering them like a linear makes the output mean-zero", nativeMhaMz,
         unsafeShift);
+  // einsum(eq, [x, W]) with W a parameter (through t/transpose/permute/casts).
+  //   mean-zero: a leaf along an output axis whose subscript only W carries (not summed, not in
+  //              x): W centered along that axis makes every output row along it sum to zero.
+  //   shift:     unsafe. Applies only to that form (else the einsum rule).
+  t.add("einsum-parameter", {"aten::einsum"},
+        "einsum with one parameter operand is a linear map of the other: centering the parameter "
+        "along an axis only it carries into the output makes the output mean-zero along that axis",
+        einsumParameterMz, unsafeShift, einsumHasParameterLeaf);
   // embedding(table, ids).
   //   mean-zero: a leaf along the last axis once every row of the table is centered over dim 1.
   //   shift:     unsafe (a change of the ids would be seen; ids are integers in practice).

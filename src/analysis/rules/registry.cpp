@@ -16,6 +16,7 @@ std::vector<Rule> makeRegistry() {
   rules::addPreservingRules(r);
   rules::addAxisRules(r);
   rules::addAxisSumRules(r);
+  rules::addAxisSpatialRules(r);
   rules::addAbsorberRules(r);
   rules::addShapeOnlyRules(r);
   rules::addBreakerRules(r);

@@ -46,6 +46,7 @@ void addLeafRules(std::vector<Rule>& rules);
 void addPreservingRules(std::vector<Rule>& rules);
 void addAxisRules(std::vector<Rule>& rules);     // layout (axis.cpp)
 void addAxisSumRules(std::vector<Rule>& rules);  // sums over other axes (axis_sums.cpp)
+void addAxisSpatialRules(std::vector<Rule>& rules);  // pooling, shuffles (axis_spatial.cpp)
 void addAbsorberRules(std::vector<Rule>& rules);
 void addShapeOnlyRules(std::vector<Rule>& rules);
 void addBreakerRules(std::vector<Rule>& rules);
@@ -70,6 +71,20 @@ bool isParamOperand(const Graph& g, ValueId v);
 /// the weight along `weightAxis` within `groups` blocks, and the bias), or breaks with the reason.
 void weightLeaf(MeanZeroContext& ctx, LeafKind kind, ValueId weight, int64_t weightAxis,
                 std::optional<ValueId> bias, int64_t outAxis, int64_t groups = 1);
+
+/// einsum(equation, [tensors], path): the equation's subscripts, one string per operand and the
+/// output, and the operand values. Only explicit forms ("ij,jk->ik": letters, "->", no "...")
+/// whose subscripts match the operands' recorded ranks; nullopt otherwise.
+struct EinsumForm {
+  std::vector<std::string> operands;
+  std::string output;
+  std::vector<ValueId> tensors;
+  NodeId list = kNone;  // the ListConstruct holding the operands
+};
+std::optional<EinsumForm> einsumForm(const Graph& g, const Node& n);
+/// The output axis of a letter that appears once in operand `i`, once in the output and in no
+/// other operand (the axis is carried through unsummed), or -1.
+int64_t carriedAxis(const EinsumForm& form, std::size_t i, char letter);
 
 /// Every tensor-like output carries the shift unchanged (copies, list plumbing).
 ShiftOutcome passSame(const ShiftInput& in);
