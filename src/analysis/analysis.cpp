@@ -1,11 +1,12 @@
 #include "foldnorm/analysis/analysis.h"
-#include "foldnorm/common/error.h"
 
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <unordered_map>
 
+#include "foldnorm/analysis/axes.h"
 #include "foldnorm/analysis/rules.h"
 
 namespace foldnorm {
@@ -20,6 +21,15 @@ const char* toString(VerdictReason reason) {
     case VerdictReason::ParameterConflict: return "parameter-conflict";
     case VerdictReason::NotSelected: return "not-selected";
     case VerdictReason::NoAxes: return "no-axes";
+  }
+  return "?";
+}
+
+const char* toString(UntieMode mode) {
+  switch (mode) {
+    case UntieMode::InPlace: return "in-place";
+    case UntieMode::OwnAttribute: return "own-attribute";
+    case UntieMode::RedirectReads: return "redirect-reads";
   }
   return "?";
 }
@@ -66,14 +76,14 @@ std::vector<std::pair<ValueId, NodeId>> leafParameterUses(const Graph& g, const 
 
 namespace {
 
-/// Phase 3, one leaf: follow the shift forward. Constant axes meet (intersect) over paths.
+/// Phase 3, one leaf: follow the shift forward. Constant axes meet over paths (ShiftFact::join).
 ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
   ShiftCheck check;
   if (leaf.kind == LeafKind::MeanSubtraction) return check;  // nothing is changed
-  std::unordered_map<ValueId, AxisSet> constantAxes;
+  ShiftFact shift;
   std::unordered_map<ValueId, std::pair<ValueId, NodeId>> parent;  // value <- (value, via node)
   std::deque<ValueId> queue;
-  constantAxes[leaf.output] = leaf.axes;
+  shift.join(leaf.output, leaf.axes);
   queue.push_back(leaf.output);
   std::set<NodeId> absorbers;
   auto pathTo = [&](ValueId v, NodeId consumer) {
@@ -92,7 +102,7 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
     ValueId v = queue.front();
     queue.pop_front();
     ++check.visited;
-    AxisSet axes = constantAxes[v];
+    AxisSet axes = *shift.constantAxes(v);
     for (const auto& use : g.value(v).uses) {
       const auto& rule = ruleFor(g, use.node);
       auto outcome = rule.shift(ShiftInput{g, use.node, use.slot, axes});
@@ -123,17 +133,10 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
           return check;
         case ShiftOutcome::Kind::Passed:
           for (const auto& [out, outAxes] : outcome.outputs) {
-            auto it = constantAxes.find(out);
-            if (it == constantAxes.end()) {
-              constantAxes[out] = outAxes;
-              parent[out] = {v, use.node};
+            bool first = !shift.reaches(out);
+            if (shift.join(out, outAxes)) {
+              if (first) parent[out] = {v, use.node};
               queue.push_back(out);
-            } else {
-              auto met = it->second & outAxes;
-              if (met != it->second) {
-                it->second = met;
-                queue.push_back(out);
-              }
             }
           }
           break;
@@ -172,25 +175,31 @@ bool sameActions(std::vector<CenterAction> a, std::vector<CenterAction> b) {
   return a == b;
 }
 
-}  // namespace
+/// Why a centered leaf cannot be centered after all, and the parameter it is about.
+struct LeafProblem {
+  VerdictReason reason = VerdictReason::None;
+  std::string why;
+  ParamId param = kNone;  // SharedParameter / ParameterConflict
+};
+using LeafProblems = std::map<LeafId, LeafProblem>;
 
-AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options) {
-  auto started = std::chrono::steady_clock::now();
-  AnalysisResult result;
+/// Phase 1: mean-zero facts of every value, one forward pass in topological order.
+void computeFacts(const Graph& g, AnalysisResult& result) {
   result.facts.assign(g.valueCount(), MeanZeroFact{});
-
-  // ---- phase 1: mean-zero facts, one forward pass ----
   for (auto id : g.topologicalOrder()) {
     const auto& rule = ruleFor(g, id);
     MeanZeroContext ctx(g, id, result.facts, result.leaves, rule.name);
     rule.meanZero(ctx);
   }
+}
 
-  // ---- phase 2: candidates ----
+/// Phase 2: a verdict per LayerNorm; an LN whose input is mean-zero within its normalized axes
+/// (and selected) is a candidate, the others get their reason now.
+std::vector<bool> findCandidates(const Graph& g, const AnalysisOptions& options, AnalysisResult& result) {
   auto infos = findLayerNorms(g);
   for (const auto& path : options.only)
     if (std::none_of(infos.begin(), infos.end(), [&](const auto& ln) { return ln.modulePath == path; }))
-      throw Error("--only " + path + ": no LayerNorm with that module path (foldnorm analyze lists them)");
+      throw UnknownLayerNormPath(path);
   std::vector<bool> candidate(infos.size(), false);
   for (std::size_t i = 0; i < infos.size(); ++i) {
     LayerNormVerdict v;
@@ -209,7 +218,7 @@ AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options
       v.leaves = f.leaves;
       if (!selected) {
         v.reason = VerdictReason::NotSelected;
-        v.explanation = "foldable, but not selected (--only)";
+        v.explanation = "foldable, but not among the selected LayerNorms";
       } else {
         candidate[i] = true;
       }
@@ -228,124 +237,157 @@ AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options
     }
     result.layerNorms.push_back(std::move(v));
   }
+  return candidate;
+}
 
-  // ---- phase 3: safety to a fixed point ----
-  // Every read of every parameter (by storage group) and which leaf, if any, it belongs to.
+/// The leaves the remaining candidates need.
+std::set<LeafId> planLeaves(const AnalysisResult& result, const std::vector<bool>& candidate) {
+  std::set<LeafId> centered;
+  for (std::size_t i = 0; i < candidate.size(); ++i)
+    if (candidate[i]) centered.insert(result.layerNorms[i].leaves.begin(), result.layerNorms[i].leaves.end());
+  return centered;
+}
+
+/// Every centered leaf's shift must end in absorbers (checked once per leaf, kept in the result).
+void checkShiftSafety(const Graph& g, const std::set<LeafId>& centered, AnalysisResult& result,
+                      LeafProblems& problems) {
+  for (auto l : centered) {
+    auto it = result.shiftChecks.find(l);
+    if (it == result.shiftChecks.end())
+      it = result.shiftChecks.emplace(l, checkShift(g, result.leaves[l])).first;
+    if (!it->second.safe) problems[l] = {VerdictReason::UnsafeShift, it->second.why, kNone};
+  }
+}
+
+/// How the leaves of one parameter get their centered copy, given the reads they cover.
+UntieMode untieModeFor(const Graph& g, const Parameter& param, bool untie,
+                       const std::set<std::pair<ValueId, NodeId>>& covered) {
+  if (!untie) return UntieMode::InPlace;
+  for (auto read : param.reads)
+    for (const auto& use : g.value(read).uses)
+      if (!covered.count({read, use.node})) return UntieMode::RedirectReads;
+  return UntieMode::OwnAttribute;
+}
+
+/// Parameters: the centered leaves must agree on each parameter's actions; a parameter whose
+/// storage is also read elsewhere is untied (or, when that is not allowed, its leaves fail).
+std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& options,
+                                       const AnalysisResult& result, const std::set<LeafId>& centered,
+                                       LeafProblems& problems) {
   auto storageGroup = [&](ParamId p) {
     std::vector<ParamId> group{p};
     if (auto t = g.parameter(p).tiedGroup; t >= 0) group = g.tiedGroups().at(t);
     return group;
   };
-  auto readsOfLeaf = [&](const Leaf& leaf) { return leafParameterUses(g, leaf); };
+  auto actionsOn = [&](LeafId l, ParamId param) {
+    std::vector<CenterAction> mine;
+    for (const auto& a : result.leaves[l].actions)
+      if (a.param == param) mine.push_back(a);
+    return mine;
+  };
+  auto fail = [&](const std::vector<LeafId>& leafIds, VerdictReason reason, const std::string& why, ParamId param) {
+    for (auto l : leafIds) problems.emplace(l, LeafProblem{reason, why, param});
+  };
 
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    ++result.iterations;
-    std::set<LeafId> centered;
-    for (std::size_t i = 0; i < infos.size(); ++i)
-      if (candidate[i]) centered.insert(result.layerNorms[i].leaves.begin(), result.layerNorms[i].leaves.end());
-
-    std::map<LeafId, std::pair<VerdictReason, std::string>> badLeaf;
-    std::map<LeafId, ParamId> badLeafParam;
-    for (auto l : centered) {
-      auto it = result.shiftChecks.find(l);
-      if (it == result.shiftChecks.end())
-        it = result.shiftChecks.emplace(l, checkShift(g, result.leaves[l])).first;
-      if (!it->second.safe) badLeaf[l] = {VerdictReason::UnsafeShift, it->second.why};
+  std::map<ParamId, std::vector<LeafId>> leavesByParam;
+  for (auto l : centered)
+    for (const auto& a : result.leaves[l].actions) leavesByParam[a.param].push_back(l);
+  std::vector<ParameterPlan> plan;
+  for (auto& [param, leafIds] : leavesByParam) {
+    std::sort(leafIds.begin(), leafIds.end());
+    leafIds.erase(std::unique(leafIds.begin(), leafIds.end()), leafIds.end());
+    auto actions = actionsOn(leafIds.front(), param);
+    if (std::any_of(leafIds.begin(), leafIds.end(), [&](LeafId l) { return !sameActions(actionsOn(l, param), actions); })) {
+      fail(leafIds, VerdictReason::ParameterConflict,
+           "parameter " + g.parameter(param).path +
+               " would need centering along different axes by different leaves", param);
+      continue;
     }
-
-    // Parameters: actions must agree across the centered leaves; other reads need an untie.
-    std::map<ParamId, std::vector<LeafId>> leavesByParam;
-    for (auto l : centered)
-      for (const auto& a : result.leaves[l].actions) leavesByParam[a.param].push_back(l);
-    std::vector<ParameterPlan> plan;
-    for (auto& [param, leafIds] : leavesByParam) {
-      std::sort(leafIds.begin(), leafIds.end());
-      leafIds.erase(std::unique(leafIds.begin(), leafIds.end()), leafIds.end());
-      std::vector<CenterAction> actions;
-      for (const auto& a : result.leaves[leafIds.front()].actions)
-        if (a.param == param) actions.push_back(a);
-      bool conflict = false;
-      for (auto l : leafIds) {
-        std::vector<CenterAction> mine;
-        for (const auto& a : result.leaves[l].actions)
-          if (a.param == param) mine.push_back(a);
-        if (!sameActions(mine, actions)) conflict = true;
-      }
-      if (conflict) {
-        for (auto l : leafIds) {
-          badLeaf.emplace(l, std::make_pair(VerdictReason::ParameterConflict,
-                                            "parameter " + g.parameter(param).path +
-                                                " would need centering along different axes by different leaves"));
-          badLeafParam.emplace(l, param);
-        }
-        continue;
-      }
-      std::set<std::pair<ValueId, NodeId>> covered;
-      for (auto l : leafIds)
-        for (const auto& u : readsOfLeaf(result.leaves[l])) covered.insert(u);
-      ParameterPlan pp;
-      pp.param = param;
-      pp.actions = actions;
-      pp.leaves = leafIds;
-      std::set<ValueId> other;
-      for (auto member : storageGroup(param))
-        for (auto read : g.parameter(member).reads)
-          for (const auto& use : g.value(read).uses)
-            if (!covered.count({read, use.node})) other.insert(read);
-      if (!other.empty()) {
-        pp.untie = true;
-        pp.otherReads.assign(other.begin(), other.end());
-        pp.untieBytes = g.parameter(param).bytes;
-        if (!options.allowUntie) {
-          std::string who;
-          for (auto r : other) {
-            for (const auto& use : g.value(r).uses)
-              if (!covered.count({r, use.node})) { who = g.describeNode(use.node); break; }
-            if (!who.empty()) break;
-          }
-          for (auto l : leafIds) {
-            badLeaf.emplace(l, std::make_pair(VerdictReason::SharedParameter,
-                                              "parameter " + g.parameter(param).path +
-                                                  " is also read by " + who +
-                                                  " (tied or shared); untying it is forbidden (--no-untie)"));
-            badLeafParam.emplace(l, param);
-          }
-        }
-      }
-      plan.push_back(std::move(pp));
+    std::set<std::pair<ValueId, NodeId>> covered;
+    for (auto l : leafIds)
+      for (const auto& u : leafParameterUses(g, result.leaves[l])) covered.insert(u);
+    ParameterPlan pp;
+    pp.param = param;
+    pp.actions = actions;
+    pp.leaves = leafIds;
+    pp.coveredReads.assign(covered.begin(), covered.end());
+    auto uncovered = [&](ValueId read) -> std::optional<NodeId> {
+      for (const auto& use : g.value(read).uses)
+        if (!covered.count({read, use.node})) return use.node;
+      return std::nullopt;
+    };
+    std::set<ValueId> other;
+    for (auto member : storageGroup(param))
+      for (auto read : g.parameter(member).reads)
+        if (uncovered(read)) other.insert(read);
+    if (!other.empty()) {
+      pp.untie = true;
+      pp.otherReads.assign(other.begin(), other.end());
+      pp.untieBytes = g.parameter(param).bytes;
+      if (!options.allowUntie)
+        fail(leafIds, VerdictReason::SharedParameter,
+             "parameter " + g.parameter(param).path + " is also read by " +
+                 g.describeNode(*uncovered(*other.begin())) + " (tied or shared); untying it is not allowed",
+             param);
     }
+    pp.untieMode = untieModeFor(g, g.parameter(param), pp.untie, covered);
+    plan.push_back(std::move(pp));
+  }
+  return plan;
+}
 
-    for (std::size_t i = 0; i < infos.size(); ++i) {
-      if (!candidate[i]) continue;
-      auto& v = result.layerNorms[i];
-      for (auto l : v.leaves) {
-        auto bad = badLeaf.find(l);
-        if (bad == badLeaf.end()) continue;
-        candidate[i] = false;
-        changed = true;
-        v.reason = bad->second.first;
-        v.unsafeLeaf = l;
-        if (v.reason == VerdictReason::UnsafeShift) {
-          const auto& check = result.shiftChecks.at(l);
-          v.consumer = check.consumer;
-          v.path = check.path;
-          v.explanation = "centering " + describeLeaf(g, result.leaves[l]) + " changes what " +
-                          g.describeNode(check.consumer) + " sees: " + check.why;
-        } else {
-          v.sharedParameter = badLeafParam.at(l);
-          v.explanation = bad->second.second;
-        }
-        break;
+/// Candidates needing a leaf with a problem are not foldable, with that problem as the reason.
+/// True when any candidate was rejected (the leaves to center then change: iterate).
+bool rejectUnsafe(const Graph& g, const LeafProblems& problems, AnalysisResult& result,
+                  std::vector<bool>& candidate) {
+  bool changed = false;
+  for (std::size_t i = 0; i < candidate.size(); ++i) {
+    if (!candidate[i]) continue;
+    auto& v = result.layerNorms[i];
+    for (auto l : v.leaves) {
+      auto bad = problems.find(l);
+      if (bad == problems.end()) continue;
+      candidate[i] = false;
+      changed = true;
+      v.reason = bad->second.reason;
+      v.unsafeLeaf = l;
+      if (v.reason == VerdictReason::UnsafeShift) {
+        const auto& check = result.shiftChecks.at(l);
+        v.consumer = check.consumer;
+        v.path = check.path;
+        v.explanation = "centering " + describeLeaf(g, result.leaves[l]) + " changes what " +
+                        g.describeNode(check.consumer) + " sees: " + check.why;
+      } else {
+        v.sharedParameter = bad->second.param;
+        v.explanation = bad->second.why;
       }
-    }
-    if (!changed) {
-      result.plan = std::move(plan);
-      result.centeredLeaves = centered;
+      break;
     }
   }
-  for (std::size_t i = 0; i < infos.size(); ++i)
+  return changed;
+}
+
+}  // namespace
+
+AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options) {
+  auto started = std::chrono::steady_clock::now();
+  AnalysisResult result;
+  computeFacts(g, result);
+  auto candidate = findCandidates(g, options, result);
+  // Phase 3 to a fixed point: removing a candidate only removes leaves, so this ends.
+  for (bool changed = true; changed;) {
+    ++result.iterations;
+    auto centered = planLeaves(result, candidate);
+    LeafProblems problems;
+    checkShiftSafety(g, centered, result, problems);
+    auto plan = resolveTies(g, options, result, centered, problems);
+    changed = rejectUnsafe(g, problems, result, candidate);
+    if (!changed) {
+      result.plan = std::move(plan);
+      result.centeredLeaves = std::move(centered);
+    }
+  }
+  for (std::size_t i = 0; i < candidate.size(); ++i)
     if (candidate[i]) {
       result.layerNorms[i].foldable = true;
       result.layerNorms[i].reason = VerdictReason::None;

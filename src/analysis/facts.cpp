@@ -4,7 +4,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "foldnorm/analysis/rules.h"
 
 namespace foldnorm {
 
@@ -101,74 +100,47 @@ std::ostream& operator<<(std::ostream& os, const MeanZeroFact& f) {
   return os;
 }
 
-// ---- shape helpers ----
-
-int64_t rankOf(const Graph& g, ValueId v) {
-  const auto& t = g.value(v).tensor;
-  return t ? t->rank() : -1;
+MeanZeroFact MeanZeroFact::join(const MeanZeroFact& a, const MeanZeroFact& b) {
+  if (a.state == State::Unknown) return b;
+  if (b.state == State::Unknown || a.state == State::Broken) return a;
+  if (b.state == State::Broken) return b;
+  std::vector<LeafId> leaves = a.leaves;
+  leaves.insert(leaves.end(), b.leaves.begin(), b.leaves.end());
+  return meanZero(a.axes | b.axes, std::move(leaves), a.rule);
 }
 
-const std::vector<int64_t>* shapeOf(const Graph& g, ValueId v) {
-  const auto& t = g.value(v).tensor;
-  return t ? &t->shape : nullptr;
-}
-
-std::optional<int64_t> dimArg(const Graph& g, ValueId dimValue, int64_t rank) {
-  auto d = g.constantInt(dimValue);
-  if (!d) return std::nullopt;
-  int64_t dim = *d < 0 ? *d + rank : *d;
-  if (dim < 0 || (rank > 0 && dim >= rank) || dim >= 64) return std::nullopt;
-  return dim;
-}
-
-std::vector<std::pair<AxisSet, AxisSet>> viewGroups(const std::vector<int64_t>& in,
-                                                    const std::vector<int64_t>& out) {
-  std::vector<std::pair<AxisSet, AxisSet>> groups;
-  std::size_t i = 0, j = 0;
-  const std::size_t n = in.size(), m = out.size();
-  while (i < n || j < m) {
-    AxisSet gi, go;
-    int64_t pi = 1, pj = 1;
-    if (i < n) { gi.insert(int64_t(i)); pi = in[i++]; }
-    if (j < m) { go.insert(int64_t(j)); pj = out[j++]; }
-    while (pi != pj) {
-      if (pi < pj && i < n) { gi.insert(int64_t(i)); pi *= in[i++]; }
-      else if (j < m) { go.insert(int64_t(j)); pj *= out[j++]; }
-      else if (i < n) { gi.insert(int64_t(i)); pi *= in[i++]; }
-      else break;
-    }
-    // Trailing size-1 dims join the last group.
-    if (i == n) while (j < m && out[j] == 1) go.insert(int64_t(j++));
-    if (j == m) while (i < n && in[i] == 1) gi.insert(int64_t(i++));
-    groups.emplace_back(gi, go);
+bool MeanZeroFact::operator==(const MeanZeroFact& o) const {
+  if (state != o.state) return false;
+  switch (state) {
+    case State::Unknown: return true;
+    case State::MeanZero: return axes == o.axes && leaves == o.leaves;
+    case State::Broken: return breaker == o.breaker && reason == o.reason && blamed == o.blamed;
   }
-  return groups;
+  return false;
 }
 
-AxisSet mapMeanZeroThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes) {
-  AxisSet result;
-  for (const auto& [gi, go] : viewGroups(in, out))
-    if (!(gi & axes).empty()) result = result | go;
-  // A size-1 axis adds nothing to a mean (mean-zero along B + {it} is mean-zero along B): drop
-  // those that a group picked up, e.g. [T, E] -> [T, 1, E].
-  AxisSet trimmed = result;
-  for (auto a : result.axes())
-    if (a < int64_t(out.size()) && out[a] == 1) trimmed.erase(a);
-  return trimmed.empty() ? result : trimmed;
+bool ShiftFact::join(ValueId v, AxisSet axes) {
+  auto [it, inserted] = axes_.emplace(v, axes);
+  if (inserted) return true;
+  auto met = it->second & axes;
+  if (met == it->second) return false;
+  it->second = met;
+  return true;
 }
 
-AxisSet mapConstantThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes) {
-  AxisSet result;
-  for (const auto& [gi, go] : viewGroups(in, out))
-    if (!gi.empty() && gi.subsetOf(axes)) result = result | go;
-  return result;
+const AxisSet* ShiftFact::constantAxes(ValueId v) const {
+  auto it = axes_.find(v);
+  return it == axes_.end() ? nullptr : &it->second;
 }
 
-AxisSet alignAxes(AxisSet axes, int64_t from, int64_t to) {
-  AxisSet out;
-  for (auto a : axes.axes())
-    if (a + (to - from) >= 0) out.insert(a + (to - from));
-  return out;
+std::ostream& operator<<(std::ostream& os, const ShiftFact& f) {
+  os << "shift {";
+  bool first = true;
+  for (const auto& [v, axes] : f.axes_) {
+    os << (first ? "" : ", ") << "%" << v << " const along " << axes;
+    first = false;
+  }
+  return os << "}";
 }
 
 }  // namespace foldnorm

@@ -113,6 +113,10 @@ nlohmann::json toJson(const Graph& g, const AnalysisResult& r, const std::string
     for (const auto& a : p.actions) actions.push_back({{"axis", a.axis}, {"groups", a.groups}});
     pj["center"] = actions;
     pj["leaves"] = p.leaves;
+    pj["untie_mode"] = toString(p.untieMode);
+    auto covered = nlohmann::json::array();
+    for (const auto& [read, node] : p.coveredReads) covered.push_back({{"value", read}, {"node", node}});
+    pj["covered_reads"] = covered;
     plan.push_back(pj);
   }
   j["plan"] = plan;
@@ -134,7 +138,7 @@ std::string toText(const Graph& g, const AnalysisResult& r, bool verbose) {
       std::sort(parts.begin(), parts.end());
       parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
       if (!verbose && parts.size() > 4) {
-        out += fmt::format(" {}, {}, ... ({} parameters; --verbose lists all)\n", parts[0], parts[1], parts.size());
+        out += fmt::format(" {}, {}, ... ({} parameters; the verbose report lists all)\n", parts[0], parts[1], parts.size());
       } else {
         for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : " ") + parts[i];
         out += "\n";

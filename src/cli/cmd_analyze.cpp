@@ -6,9 +6,19 @@
 #include "command.h"
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/analysis/rules.h"
+#include "foldnorm/common/error.h"
 #include "foldnorm/import/torchscript.h"
 
 namespace foldnorm::cli {
+
+AnalysisResult analyzeWithOnlyOption(const Graph& graph, const AnalysisOptions& options) {
+  try {
+    return analyzeFoldability(graph, options);
+  } catch (const UnknownLayerNormPath& e) {
+    throw Error("--only " + e.path() + ": no LayerNorm with that module path (foldnorm analyze lists them)");
+  }
+}
+
 namespace {
 
 struct AnalyzeOptions {
@@ -39,7 +49,7 @@ void setupAnalyze(CLI::App& app, int& exitCode) {
     AnalysisOptions ao;
     ao.allowUntie = !opts->noUntie;
     ao.only = opts->only;
-    auto result = analyzeFoldability(model.graph, ao);
+    auto result = analyzeWithOnlyOption(model.graph, ao);
     if (opts->json) std::cout << toJson(model.graph, result, model.path).dump(2) << "\n";
     else std::cout << toText(model.graph, result, opts->verbose);
     exitCode = 0;

@@ -1,5 +1,7 @@
 // foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
 //               [--device cpu|cuda] [--no-verify] [--random N] [--json]
+#include <torch/cuda.h>
+
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -34,6 +36,9 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
   cmd->callback([o, &exitCode] {
     checkOutputPath(o->model, o->out);
+    // Before the import (seconds on a large model), and in the option's own spelling.
+    if (o->device == "cuda" && !o->noVerify && !torch::cuda::is_available())
+      throw Error("--device cuda: no CUDA device is available here");
     auto progress = [](const std::string& m) { std::cerr << "[foldnorm] " << m << "\n"; };
     ImportOptions io;
     for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
@@ -42,7 +47,7 @@ void setup(CLI::App& app, int& exitCode) {
     AnalysisOptions ao;
     ao.allowUntie = !o->noUntie;
     ao.only = o->only;
-    auto analysis = analyzeFoldability(model.graph, ao);
+    auto analysis = analyzeWithOnlyOption(model.graph, ao);
     FoldOptions fo;
     fo.verify = !o->noVerify;
     fo.randomInputs = o->random;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "foldnorm/analysis/analysis.h"
+
 namespace foldnorm::cli {
 
 /// Adds a subcommand to `app`; its callback sets `exitCode` (0 = success) or throws
@@ -27,6 +29,10 @@ struct CommandRegistrar {
 
 /// Reads `--input SPEC` options (repeatable) into the vector; shared by every model command.
 void addInputOption(CLI::App& cmd, std::vector<std::string>& specs);
+
+/// analyzeFoldability, with the core's "no LayerNorm has module path X" spelled as the
+/// `--only X` option that caused it (cmd_analyze.cpp; analyze and fold share it).
+AnalysisResult analyzeWithOnlyOption(const Graph& graph, const AnalysisOptions& options);
 
 }  // namespace foldnorm::cli
 

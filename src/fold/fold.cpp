@@ -110,58 +110,57 @@ std::string sanitized(const std::string& path) {
 }
 
 /// The rewrite on a fresh module `m` (forward inlined in place): centering, untie, LN -> RMS.
+/// It executes the analysis' plan as it stands: the untie mode and the covered reads were
+/// decided there (ParameterPlan); nothing is re-derived here.
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
                const AnalysisResult& analysis, FoldReport* report) {
   const Graph& g = model.graph;
   auto tables = tablesFor(graph, *model.torch);
   at::NoGradGuard noGrad;
+  auto redirectCoveredReads = [&](const ParameterPlan& plan, jit::Value* centeredValue) {
+    for (const auto& [read, node] : plan.coveredReads)
+      tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), centeredValue);
+  };
 
   for (const auto& plan : analysis.plan) {
     const auto& param = g.parameter(plan.param);
-    std::set<std::pair<ValueId, NodeId>> covered;
-    for (auto l : plan.leaves)
-      for (const auto& u : leafParameterUses(g, analysis.leaves[l])) covered.insert(u);
-    // Which reads of *this* parameter are used outside the centered leaves?
-    bool ownReadsOnlyCovered = true;
-    for (auto read : param.reads)
-      for (const auto& use : g.value(read).uses)
-        if (!covered.count({read, use.node})) ownReadsOnlyCovered = false;
-
     if (param.isConstant) {
       auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
       auto value = centered(constant->t(c10::attr::value), plan.actions);
-      if (!plan.untie || ownReadsOnlyCovered) {
+      if (plan.untieMode != UntieMode::RedirectReads) {
         constant->t_(c10::attr::value, value);
       } else {
         auto* copy = graph->create(c10::prim::Constant);
         copy->t_(c10::attr::value, value);
         copy->output()->inferTypeFrom(value);
         copy->insertBefore(constant);
-        for (const auto& [read, node] : covered)
-          tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), copy->output());
+        redirectCoveredReads(plan, copy->output());
       }
     } else {
       auto [owner, name] = ownerOf(m, param.path);
       auto original = owner.attr(name).toTensor();
       auto value = centered(original, plan.actions);
       value.set_requires_grad(original.requires_grad());
-      if (!plan.untie) {
-        original.detach().copy_(value);  // in place: names sharing this storage are all centered
-      } else if (ownReadsOnlyCovered) {
-        owner.setattr(name, value);      // this name gets the copy; the other names keep the original
-      } else {
-        // The same attribute is read by the leaves and by something else: the leaves read a new
-        // attribute on the root module (whose type is this model's alone).
-        auto fresh = sanitized(param.path);
-        while (m.hasattr(fresh)) fresh += "_";
-        if (param.isBuffer) m.register_buffer(fresh, value);
-        else m.register_parameter(fresh, value, false);
-        auto* self = graph->inputs().at(0);
-        auto* get = graph->createGetAttr(self, fresh);
-        get->output()->setType(c10::TensorType::get());
-        get->insertAfter(graph->param_node());
-        for (const auto& [read, node] : covered)
-          tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), get->output());
+      switch (plan.untieMode) {
+        case UntieMode::InPlace:
+          original.detach().copy_(value);  // names sharing this storage are all centered
+          break;
+        case UntieMode::OwnAttribute:
+          owner.setattr(name, value);      // this name gets the copy; the other names keep the original
+          break;
+        case UntieMode::RedirectReads: {
+          // A new attribute on the root module (whose type is this model's alone).
+          auto fresh = sanitized(param.path);
+          while (m.hasattr(fresh)) fresh += "_";
+          if (param.isBuffer) m.register_buffer(fresh, value);
+          else m.register_parameter(fresh, value, false);
+          auto* self = graph->inputs().at(0);
+          auto* get = graph->createGetAttr(self, fresh);
+          get->output()->setType(c10::TensorType::get());
+          get->insertAfter(graph->param_node());
+          redirectCoveredReads(plan, get->output());
+          break;
+        }
       }
     }
     if (report) {
@@ -316,7 +315,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   v.device = options.device;
   c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
   if (device.is_cuda() && !torch::cuda::is_available())
-    throw Error("--device cuda: no CUDA device is available here");
+    throw Error("verification on cuda: no CUDA device is available here");
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
 
@@ -483,7 +482,7 @@ std::string toText(const FoldReport& r) {
     out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
   const auto& v = r.verification;
   if (!v.ran) {
-    out += "verification: skipped (--no-verify)\n";
+    out += "verification: skipped (not requested)\n";
     return out;
   }
   out += strf("verification on %s (%d input sets):\n", v.device.c_str(), v.runs);

@@ -13,6 +13,10 @@
 //     centered leaves (tied weights, shared storage) is untied (copied) unless untie is
 //     forbidden, in which case its LNs are not foldable. Removing an LN can only remove
 //     leaves, so the loop ends.
+// The solver's steps (analysis.cpp): computeFacts, findCandidates, then to a fixed point
+// planLeaves, checkShiftSafety, resolveTies, rejectUnsafe. The plan it returns holds the whole
+// decision, including how each parameter is untied and which reads see the centered copy; the
+// fold executes it and re-derives nothing.
 // Everything here is torch-free and linear in the graph for phases 1-2; phase 3 follows each
 // centered leaf's shift through the part of the graph it reaches.
 #pragma once
@@ -24,13 +28,26 @@
 #include <vector>
 
 #include "foldnorm/analysis/facts.h"
+#include "foldnorm/common/error.h"
 #include "foldnorm/graph/summary.h"
 
 namespace foldnorm {
 
 struct AnalysisOptions {
-  bool allowUntie = true;           // false: --no-untie
+  bool allowUntie = true;           // false: a tied/shared parameter is never copied
   std::vector<std::string> only;    // if non-empty: fold only LNs whose module path is listed
+};
+
+/// AnalysisOptions::only names a module path no LayerNorm has. A user error: front ends add
+/// how they spell the selection.
+class UnknownLayerNormPath : public Error {
+ public:
+  explicit UnknownLayerNormPath(std::string path)
+      : Error("no LayerNorm has module path " + path), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 /// Where a centered leaf's shift went.
@@ -60,12 +77,32 @@ struct LayerNormVerdict {
   ParamId sharedParameter = kNone;  // SharedParameter / ParameterConflict
 };
 
-/// One parameter the fold changes.
+/// How the fold gives the centered leaves their centered copy of a parameter.
+enum class UntieMode {
+  /// Nothing but the leaves reads the storage: center it in place (every name sharing the
+  /// storage sees the centered values, and only leaves read any of them).
+  InPlace,
+  /// This attribute (or constant) is read by the leaves alone, other names sharing its storage
+  /// (tied weights) by others: this attribute gets the centered copy, the other names keep the
+  /// original.
+  OwnAttribute,
+  /// This very attribute is also read outside the leaves: a new attribute on the root module,
+  /// `foldnorm_centered_<path>` (or a new constant), holds the centered copy, and the covered
+  /// reads are redirected to it.
+  RedirectReads,
+};
+const char* toString(UntieMode mode);
+
+/// One parameter the fold changes: the whole decision, which the fold executes as it stands.
 struct ParameterPlan {
   ParamId param = kNone;
   std::vector<CenterAction> actions;  // applied in order (commuting projections)
   std::vector<LeafId> leaves;         // the centered leaves that read it
   bool untie = false;                 // other reads keep the original; the leaves get a copy
+  UntieMode untieMode = UntieMode::InPlace;  // untie == (untieMode != InPlace)
+  /// The (read, consuming node) pairs of this parameter's storage group that belong to the
+  /// leaves (leafParameterUses): the reads that see the centered values.
+  std::vector<std::pair<ValueId, NodeId>> coveredReads;
   std::vector<ValueId> otherReads;    // untie: the reads that keep the original
   int64_t untieBytes = 0;
 };

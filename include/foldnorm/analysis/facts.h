@@ -6,13 +6,14 @@
 //    was blamed on, so a path can be walked back). Mean-zero along a set B implies mean-zero
 //    along every superset of B, so the smallest B is kept.
 //  - ShiftFact (forward, per centered leaf): "centering that leaf changed this value by a term
-//    that is constant along `constantAxes`". An absorber (LayerNorm over axes within the set,
+//    that is constant along these axes", per value it reaches. An absorber (LayerNorm over axes within the set,
 //    softmax over an axis within it) removes it; anything that is neither absorber nor
 //    shift-passing op sees a changed value, and the leaf is unsafe.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,10 @@ class AxisSet {
   static AxisSet of(std::initializer_list<int64_t> axes);
   static AxisSet fromMask(uint64_t mask) { AxisSet s; s.mask_ = mask; return s; }
   static AxisSet trailing(int64_t rank, int64_t count);  // the last `count` axes of `rank`
-  void insert(int64_t axis) { mask_ |= (uint64_t{1} << axis); }
-  void erase(int64_t axis) { mask_ &= ~(uint64_t{1} << axis); }
+  // An axis outside [0, 64) is no axis of any tensor here: inserting or erasing it does nothing
+  // (a shift by it would be undefined); rules check their dims before they build sets.
+  void insert(int64_t axis) { if (axis >= 0 && axis < 64) mask_ |= (uint64_t{1} << axis); }
+  void erase(int64_t axis) { if (axis >= 0 && axis < 64) mask_ &= ~(uint64_t{1} << axis); }
   bool contains(int64_t axis) const { return axis >= 0 && axis < 64 && ((mask_ >> axis) & 1); }
   bool empty() const { return mask_ == 0; }
   bool subsetOf(const AxisSet& o) const { return (mask_ & ~o.mask_) == 0; }
@@ -74,6 +77,17 @@ struct Leaf {
   std::string rule;             // the rule that made it a leaf
 };
 
+/// The mean-zero fact of one value, an element of a lattice ordered by what it costs to claim:
+///
+///   Unknown  ⊑  MeanZero(B, L)  ⊑  MeanZero(B', L')  ⊑  Broken      when B ⊆ B' and L ⊆ L'
+///
+/// Unknown (bottom) is "no fact yet" (non-tensor values, nodes not reached). MeanZero(B, L)
+/// claims "mean-zero along B once the leaves L are centered": a larger B is a weaker claim (a
+/// mean over more axes is implied by a mean over fewer) and more leaves cost more. Broken (top)
+/// is "cannot be made mean-zero", with the node that broke it. Where the facts of several
+/// operands meet (a sum, a concatenation, a list) the solver takes their join: the least fact
+/// both operands imply, MeanZero(B ∪ B', L ∪ L'), or Broken when either is. `join` expects the
+/// two axis sets in the same frame (the caller aligns broadcast ranks first).
 struct MeanZeroFact {
   enum class State { Unknown, MeanZero, Broken };
   State state = State::Unknown;
@@ -82,13 +96,41 @@ struct MeanZeroFact {
   NodeId breaker = kNone;        // Broken: the node that broke it (may be upstream)
   std::string reason;            // Broken: why, in words
   ValueId blamed = kNone;        // Broken by propagation: the input it came from
-  std::string rule;              // the rule that produced this fact
+  std::string rule;              // the rule that produced this fact (provenance, not compared)
 
   static MeanZeroFact meanZero(AxisSet axes, std::vector<LeafId> leaves, std::string rule);
   static MeanZeroFact broken(NodeId breaker, std::string reason, std::string rule);
   static MeanZeroFact propagated(const MeanZeroFact& from, ValueId blamed, std::string rule);
+  /// Least upper bound. Unknown is the identity; of two Broken facts the first is kept (it names
+  /// the breaker a report walks back to). The result's rule is `a`'s.
+  static MeanZeroFact join(const MeanZeroFact& a, const MeanZeroFact& b);
   bool isMeanZero() const { return state == State::MeanZero; }
+  /// Same lattice value: state, axes and leaves; for Broken also who broke it and why.
+  bool operator==(const MeanZeroFact& o) const;
+  bool operator!=(const MeanZeroFact& o) const { return !(*this == o); }
 };
 std::ostream& operator<<(std::ostream& os, const MeanZeroFact& f);
+
+/// The shift fact of one centered leaf: centering it changes some values by a term constant
+/// along some axes. Per value reached, the axes along which the change is constant; a value not
+/// reached is unchanged. Over several paths into one value the change is constant only along
+/// the axes every path guarantees, so facts meet by intersection (fewer axes = less known =
+/// higher in the order; the empty set still means "changed, along no axis constant").
+class ShiftFact {
+ public:
+  /// Meets `axes` into the fact of `v` (the first arrival sets it). True when `v`'s fact changed,
+  /// i.e. when its consumers must be visited (again).
+  bool join(ValueId v, AxisSet axes);
+  /// The axes along which `v` changes by a constant, nullptr when `v` is not changed.
+  const AxisSet* constantAxes(ValueId v) const;
+  bool reaches(ValueId v) const { return constantAxes(v) != nullptr; }
+  std::size_t size() const { return axes_.size(); }
+  bool operator==(const ShiftFact& o) const { return axes_ == o.axes_; }
+  bool operator!=(const ShiftFact& o) const { return !(*this == o); }
+  friend std::ostream& operator<<(std::ostream& os, const ShiftFact& f);
+
+ private:
+  std::map<ValueId, AxisSet> axes_;
+};
 
 }  // namespace foldnorm

@@ -15,11 +15,12 @@
 //  - breaker:    everything else, explicitly (nonlinearities, products with per-feature tensors,
 //                normalizations that do not absorb) — and any op with no rule, named in the reason.
 //
-// Each rule states its rationale in one line; the report, the docs and the GUI show it.
+// Each rule states its rationale in one line; the report, the docs and the GUI show it. The rules
+// live in src/analysis/rules/, one file per family, each rule's two transfer functions stated in
+// prose above it; registry.cpp assembles them in documentation order. Axis helpers: axes.h.
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,32 +89,22 @@ struct Rule {
   std::string rationale;
   std::function<void(MeanZeroContext&)> meanZero;
   std::function<ShiftOutcome(const ShiftInput&)> shift;
+  /// Rules that share an op tell its nodes apart by their operands (x - mean(x) before add/sub,
+  /// a parameter operand before the attention-weighted sum): a rule with a predicate applies
+  /// only to the nodes it accepts; without one, to every node of its ops. Rules are tried in
+  /// registry order.
+  std::function<bool(const Graph&, NodeId)> matches;
+  bool appliesTo(const Graph& g, NodeId node) const { return !matches || matches(g, node); }
 };
 
 /// All rules, grouped by family, in documentation order.
 const std::vector<Rule>& ruleRegistry();
-/// The rule for a node (by op kind; rules sharing an op decide by the node's operands);
+/// The rule for a node: the first rule of its op kind that applies to it (Rule::matches);
 /// the explicit fallback ("unknown-op") when none matches.
 const Rule& ruleFor(const Graph& graph, NodeId node);
 const Rule& fallbackRule();
 
 /// docs/rules.md, generated from the registry.
 std::string rulesMarkdown();
-
-// ---- helpers shared by the rules and the solver (axes.cpp) ----
-/// Recorded rank of a tensor value, -1 when unknown.
-int64_t rankOf(const Graph& g, ValueId v);
-const std::vector<int64_t>* shapeOf(const Graph& g, ValueId v);
-/// A dim argument normalized against `rank` (negative counts from the end); nullopt if not constant.
-std::optional<int64_t> dimArg(const Graph& g, ValueId dimValue, int64_t rank);
-/// Groups of consecutive dims of equal element count between two shapes of a view/reshape.
-std::vector<std::pair<AxisSet, AxisSet>> viewGroups(const std::vector<int64_t>& in,
-                                                    const std::vector<int64_t>& out);
-/// Mean-zero along `axes` of `in` -> smallest axes of `out` it implies (union of touched groups).
-AxisSet mapMeanZeroThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes);
-/// Constant along `axes` of `in` -> axes of `out` along which it stays constant (whole groups).
-AxisSet mapConstantThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes);
-/// Right-aligned broadcasting of an operand of rank `from` into rank `to`.
-AxisSet alignAxes(AxisSet axes, int64_t from, int64_t to);
 
 }  // namespace foldnorm
