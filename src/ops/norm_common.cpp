@@ -1,6 +1,7 @@
 #include "norm_common.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
@@ -147,6 +148,10 @@ c10::ScalarType paramTypeOf(const char* op, const at::Tensor& input, const at::T
               bias.scalar_type(), "; give both the same dtype");
   if (weight.defined()) return weight.scalar_type();
   return bias.defined() ? bias.scalar_type() : input.scalar_type();
+}
+
+at::Tensor emptyNormOutput(const at::Tensor& input) {
+  return at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
 at::Tensor contiguousOrUndefined(const std::optional<at::Tensor>& t) {

@@ -55,6 +55,9 @@ NormShape checkNormBackwardInputs(NormKind kind, const at::Tensor& gradOut,
 c10::ScalarType paramTypeOf(const char* op, const at::Tensor& input, const at::Tensor& weight,
                             const at::Tensor& bias);
 
+/// A fresh contiguous tensor of the input's shape and options: every op's output.
+at::Tensor emptyNormOutput(const at::Tensor& input);
+
 /// The tensor if present and defined, made contiguous; an undefined tensor otherwise.
 at::Tensor contiguousOrUndefined(const std::optional<at::Tensor>& t);
 

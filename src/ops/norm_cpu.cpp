@@ -93,7 +93,7 @@ at::Tensor normCpu(NormKind kind, const at::Tensor& input, at::IntArrayRef norma
                    double eps) {
   // Check before allocating so that a bad call reports its arguments, not an allocation.
   checkNormInputs(kind, input, normalizedShape, weight, bias);
-  at::Tensor out = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = emptyNormOutput(input);
   return normCpuOut(kind, input, normalizedShape, weight, bias, eps, out);
 }
 
@@ -164,9 +164,8 @@ std::tuple<at::Tensor, at::Tensor> addRmsNormCpu(const at::Tensor& input,
                                                  const std::optional<at::Tensor>& bias,
                                                  double eps) {
   checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor out = at::empty(input.sizes(), options);
-  at::Tensor sum = at::empty(input.sizes(), options);
+  at::Tensor out = emptyNormOutput(input);
+  at::Tensor sum = emptyNormOutput(input);
   addRmsNormCpuOut(input, residual, normalizedShape, weight, bias, eps, out, sum);
   return {out, sum};
 }

@@ -23,39 +23,13 @@
 #include <type_traits>
 
 #include "norm_cuda.h"
+#include "norm_cuda_convert.cuh"
 
 namespace foldnorm::ops::cuda {
 namespace {
 
 constexpr int kBlockThreads = 128;
 constexpr int kFallbackWarpsPerBlock = 8;
-
-template <typename T>
-struct Convert;
-template <>
-struct Convert<float> {
-  using Acc = float;
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <>
-struct Convert<double> {
-  using Acc = double;
-  __device__ static double load(double v) { return v; }
-  __device__ static double store(double v) { return v; }
-};
-template <>
-struct Convert<__nv_bfloat16> {
-  using Acc = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-template <>
-struct Convert<__half> {
-  using Acc = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
 
 template <typename T>
 struct alignas(16) Vec16 {

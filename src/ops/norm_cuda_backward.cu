@@ -14,39 +14,13 @@
 #include <cstdint>
 
 #include "norm_cuda.h"
+#include "norm_cuda_convert.cuh"
 
 namespace foldnorm::ops::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kColumnThreads = 128;
-
-template <typename T>
-struct Scalar;
-template <>
-struct Scalar<float> {
-  using Acc = float;
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <>
-struct Scalar<double> {
-  using Acc = double;
-  __device__ static double load(double v) { return v; }
-  __device__ static double store(double v) { return v; }
-};
-template <>
-struct Scalar<__nv_bfloat16> {
-  using Acc = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-template <>
-struct Scalar<__half> {
-  using Acc = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
 
 template <typename Acc>
 __device__ __forceinline__ Acc warpAllSum(Acc s) {
@@ -59,9 +33,9 @@ template <typename T, typename P, bool kLayer>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     normBackwardRowKernel(const T* __restrict__ g, const T* __restrict__ x,
                           const P* __restrict__ w, T* __restrict__ dx,
-                          typename Scalar<T>::Acc* __restrict__ stats, int64_t rows, int64_t cols,
-                          typename Scalar<T>::Acc eps) {
-  using Acc = typename Scalar<T>::Acc;
+                          typename Convert<T>::Acc* __restrict__ stats, int64_t rows, int64_t cols,
+                          typename Convert<T>::Acc eps) {
+  using Acc = typename Convert<T>::Acc;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;  // whole warps leave together
@@ -72,12 +46,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   Acc mean = 0;
   if constexpr (kLayer) {
     Acc s = 0;
-    for (int64_t j = lane; j < cols; j += 32) s += Scalar<T>::load(xr[j]);
+    for (int64_t j = lane; j < cols; j += 32) s += Convert<T>::load(xr[j]);
     mean = warpAllSum(s) / count;
   }
   Acc q = 0;
   for (int64_t j = lane; j < cols; j += 32) {
-    const Acc d = Scalar<T>::load(xr[j]) - mean;
+    const Acc d = Convert<T>::load(xr[j]) - mean;
     q += d * d;
   }
   const Acc rstd = Acc(1) / sqrt(warpAllSum(q) / count + eps);
@@ -89,30 +63,30 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
   Acc dot = 0, sumGw = 0;
   for (int64_t j = lane; j < cols; j += 32) {
-    Acc gw = Scalar<T>::load(gr[j]);
-    if (w) gw *= static_cast<Acc>(Scalar<P>::load(w[j]));
-    dot += gw * (Scalar<T>::load(xr[j]) - mean);
+    Acc gw = Convert<T>::load(gr[j]);
+    if (w) gw *= static_cast<Acc>(Convert<P>::load(w[j]));
+    dot += gw * (Convert<T>::load(xr[j]) - mean);
     sumGw += gw;
   }
   const Acc meanGwXhat = warpAllSum(dot) * rstd / count;
   const Acc meanGw = kLayer ? warpAllSum(sumGw) / count : Acc(0);
   T* dxr = dx + row * cols;
   for (int64_t j = lane; j < cols; j += 32) {
-    Acc gw = Scalar<T>::load(gr[j]);
-    if (w) gw *= static_cast<Acc>(Scalar<P>::load(w[j]));
-    const Acc hat = (Scalar<T>::load(xr[j]) - mean) * rstd;
-    dxr[j] = Scalar<T>::store((gw - meanGw - hat * meanGwXhat) * rstd);
+    Acc gw = Convert<T>::load(gr[j]);
+    if (w) gw *= static_cast<Acc>(Convert<P>::load(w[j]));
+    const Acc hat = (Convert<T>::load(xr[j]) - mean) * rstd;
+    dxr[j] = Convert<T>::store((gw - meanGw - hat * meanGwXhat) * rstd);
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kColumnThreads)
     normBackwardColumnKernel(const T* __restrict__ g, const T* __restrict__ x,
-                             const typename Scalar<T>::Acc* __restrict__ stats,
-                             typename Scalar<T>::Acc* __restrict__ dwPartial,
-                             typename Scalar<T>::Acc* __restrict__ dbPartial, int64_t rows,
+                             const typename Convert<T>::Acc* __restrict__ stats,
+                             typename Convert<T>::Acc* __restrict__ dwPartial,
+                             typename Convert<T>::Acc* __restrict__ dbPartial, int64_t rows,
                              int64_t cols, int64_t rowsPerBlock) {
-  using Acc = typename Scalar<T>::Acc;
+  using Acc = typename Convert<T>::Acc;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
   if (col >= cols) return;
   const int64_t block = blockIdx.y;
@@ -120,8 +94,8 @@ __global__ void __launch_bounds__(kColumnThreads)
   const int64_t last = first + rowsPerBlock < rows ? first + rowsPerBlock : rows;
   Acc dw = 0, db = 0;
   for (int64_t r = first; r < last; ++r) {
-    const Acc gv = Scalar<T>::load(g[r * cols + col]);
-    const Acc hat = (Scalar<T>::load(x[r * cols + col]) - stats[2 * r]) * stats[2 * r + 1];
+    const Acc gv = Convert<T>::load(g[r * cols + col]);
+    const Acc hat = (Convert<T>::load(x[r * cols + col]) - stats[2 * r]) * stats[2 * r + 1];
     dw += gv * hat;
     db += gv;
   }
@@ -131,7 +105,7 @@ __global__ void __launch_bounds__(kColumnThreads)
 
 template <typename T, typename P>
 void launchBackwardTyped(const NormBackwardCudaCall& c, cudaStream_t stream) {
-  using Acc = typename Scalar<T>::Acc;
+  using Acc = typename Convert<T>::Acc;
   const auto* g = static_cast<const T*>(c.gradOut);
   const auto* x = static_cast<const T*>(c.x);
   const auto* w = static_cast<const P*>(c.weight);

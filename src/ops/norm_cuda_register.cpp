@@ -61,8 +61,7 @@ at::Tensor normCuda(const at::Tensor& input, at::IntArrayRef normalizedShape,
                     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                     double eps) {
   checkNormInputs(kKind, input, normalizedShape, weight, bias);
-  at::Tensor out =
-      at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = emptyNormOutput(input);
   return normCudaOut(kKind, input, normalizedShape, weight, bias, eps, out);
 }
 
@@ -113,9 +112,8 @@ std::tuple<at::Tensor, at::Tensor> addRmsNormCuda(const at::Tensor& input,
                                                   const std::optional<at::Tensor>& bias,
                                                   double eps) {
   checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor out = at::empty(input.sizes(), options);
-  at::Tensor sum = at::empty(input.sizes(), options);
+  at::Tensor out = emptyNormOutput(input);
+  at::Tensor sum = emptyNormOutput(input);
   addRmsNormCudaOut(input, residual, normalizedShape, weight, bias, eps, out, sum);
   return {out, sum};
 }

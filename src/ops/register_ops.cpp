@@ -17,7 +17,7 @@ at::Tensor normMeta(const at::Tensor& input, at::IntArrayRef normalizedShape,
                     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                     double eps) {
   checkNormInputs(kKind, input, normalizedShape, weight, bias);
-  return at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  return emptyNormOutput(input);
 }
 
 template <NormKind kKind>
@@ -36,8 +36,7 @@ std::tuple<at::Tensor, at::Tensor> addRmsNormMeta(const at::Tensor& input,
                                                   const std::optional<at::Tensor>& bias,
                                                   double eps) {
   checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
-  return {at::empty(input.sizes(), options), at::empty(input.sizes(), options)};
+  return {emptyNormOutput(input), emptyNormOutput(input)};
 }
 
 std::tuple<at::Tensor&, at::Tensor&> addRmsNormMetaOut(
