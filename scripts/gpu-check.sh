@@ -147,8 +147,11 @@ bin=$build_dir/bin
 
 # ---- tests: the kernels (CPU vs float64, errors; the CUDA test skips itself without a GPU) and
 # the bench harness ----
+# ("[ops]" includes the fused add_rms_norm ([fused]) and the gradients ([backward]) on both devices.)
 step tests-ops 150 "$bin/foldnorm_tests" "[ops]" --durations yes
 step tests-bench 120 "$bin/foldnorm_tests" "[bench]" --durations yes
+# torch.autograd.gradcheck in float64 through the ops, on the GPU too when there is one.
+step python-gradcheck 90 "$python" "$repo/tests/python/test_ops_grad.py" "$build_dir/lib/libfoldnorm_ops.so"
 
 # ---- zoo models (traced here, in seconds) ----
 models=$build_dir/gpu-models
@@ -169,9 +172,14 @@ done
 
 # ---- kernels: ours vs aten, interleaved ----
 if (( cuda )); then
-  step bench-norm-cuda 120 "$bin/foldnorm" bench-norm --device cuda --dtype float32,bfloat16 \
+  # Every table also times the fused residual add + RMSNorm against its unfused forms.
+  step bench-norm-cuda 120 "$bin/foldnorm" bench-norm --device cuda --dtype float32 \
     --hidden 768,1024,4096,8192 --rows 2048,8192,32768 --reps 30
   table bench-norm-cuda
+  # The 16-bit tables (goal: >= 0.9 of copy bandwidth at hidden >= 4096).
+  step bench-norm-cuda-16bit 120 "$bin/foldnorm" bench-norm --device cuda --dtype bfloat16,float16 \
+    --hidden 768,1024,2048,4096,8192 --rows 8192,32768 --reps 30
+  table bench-norm-cuda-16bit
 else
   note "[skip] bench-norm --device cuda: no CUDA device"
   step bench-norm-cpu 90 "$bin/foldnorm" bench-norm --device cpu --dtype float32 --hidden 768 --rows 2048 --reps 5

@@ -105,3 +105,81 @@ TEST_CASE("CUDA rms_norm handles mixed parameters, misaligned rows, only one of 
     CHECK(torch::allclose(out.cpu(), cpu, 1e-5, 1e-5));
   }
 }
+
+TEST_CASE("CUDA add_rms_norm equals aten::add + rms_norm bit for bit and the float64 reference",
+          "[ops][cuda][fused]") {
+  if (cudaMissing()) return;
+  const auto dtype = GENERATE(torch::kFloat32, torch::kBFloat16, torch::kFloat16, torch::kFloat64);
+  // Register path buckets, sizes off the vector width (warp fallback), past register capacity.
+  const int64_t hidden = GENERATE(1, 3, 767, 768, 769, 4096, 4097, 8192, 20000);
+  const int64_t rows = GENERATE(1, 133);
+  const bool affine = GENERATE(false, true);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+  torch::manual_seed(hidden * 7 + rows);
+  const auto x = (torch::randn({rows, hidden}, torch::kFloat64) * 2 + 0.25).to(cuda);
+  const auto r = torch::randn({rows, hidden}, torch::kFloat64).to(cuda);
+  std::optional<torch::Tensor> w, b;
+  if (affine) {
+    w = torch::randn({hidden}, torch::kFloat64).to(cuda);
+    b = torch::randn({hidden}, torch::kFloat64).to(cuda);
+  }
+  INFO("add_rms_norm " << x.sizes() << " " << x.dtype() << " affine " << affine);
+  const auto [normed, sum] = foldnorm::ops::addRmsNorm(x, r, {hidden}, w, b, 1e-5);
+  const auto expectedSum = torch::add(x, r);
+  CHECK(torch::equal(sum, expectedSum));
+  CHECK(torch::equal(normed, foldnorm::ops::rmsNorm(expectedSum, {hidden}, w, b, 1e-5)));
+  CHECK(worstExcess(normed, reference(false, expectedSum, w, b, 1e-5), dtype) <= 0);
+}
+
+TEST_CASE("CUDA add_rms_norm takes misaligned views and writes in place", "[ops][cuda][fused]") {
+  if (cudaMissing()) return;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(2);
+  const auto storage = torch::randn({2, 65 * 1024 + 1}, cuda).to(torch::kBFloat16);
+  const auto x = storage[0].narrow(0, 1, 65 * 1024).view({65, 1024});
+  const auto r = storage[1].narrow(0, 0, 65 * 1024).view({65, 1024});
+  const auto w = torch::randn({1024}, cuda);  // float32 weight of a bfloat16 input
+  const auto [normed, sum] = foldnorm::ops::addRmsNorm(x, r, {1024}, w, std::nullopt, 1e-6);
+  const auto s = torch::add(x, r);
+  CHECK(torch::equal(sum, s));
+  CHECK(torch::equal(normed, foldnorm::ops::rmsNorm(s, {1024}, w, std::nullopt, 1e-6)));
+  auto inPlace = r.clone();
+  auto out = torch::empty_like(inPlace);
+  foldnorm::ops::addRmsNormOut(out, inPlace, x, inPlace, {1024}, w, std::nullopt, 1e-6);
+  CHECK(torch::equal(inPlace, s));
+  CHECK(torch::equal(out, normed));
+}
+
+TEST_CASE("CUDA gradients of the norms match the CPU kernels (checked against finite differences)",
+          "[ops][cuda][backward]") {
+  if (cudaMissing()) return;
+  const auto dtype = GENERATE(torch::kFloat32, torch::kBFloat16, torch::kFloat16, torch::kFloat64);
+  const bool layer = GENERATE(false, true);
+  const int64_t hidden = GENERATE(1, 7, 768, 4097);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(hidden + layer);
+  const auto x = (torch::randn({150, hidden}, torch::kFloat64) + 0.5).to(dtype);
+  const auto w = torch::randn({hidden}, torch::kFloat64).to(dtype);
+  const auto b = torch::randn({hidden}, torch::kFloat64).to(dtype);
+  const auto g = torch::randn({150, hidden}, torch::kFloat64).to(dtype);
+  INFO((layer ? "layer_norm" : "rms_norm") << " backward " << torch::toString(dtype) << " hidden "
+                                           << hidden);
+  const auto [dx, dw, db] = foldnorm::ops::normBackward(layer, g.to(cuda.dtype(dtype)),
+                                                        x.to(cuda.dtype(dtype)), {hidden},
+                                                        w.to(cuda.dtype(dtype)),
+                                                        b.to(cuda.dtype(dtype)), 1e-5,
+                                                        {true, true, true});
+  // The CPU kernels are checked against finite differences in tests/test_ops_backward.cpp.
+  const auto [cx, cw, cb] =
+      foldnorm::ops::normBackward(layer, g, x, {hidden}, w, b, 1e-5, {true, true, true});
+  double tol = 1e-4;
+  if (dtype == torch::kFloat64) tol = 1e-11;
+  if (dtype == torch::kBFloat16) tol = 2e-2;
+  if (dtype == torch::kFloat16) tol = 3e-3;
+  for (const auto& [gpu, cpu] : {std::pair{dx, cx}, std::pair{dw, cw}, std::pair{db, cb}}) {
+    REQUIRE(gpu.is_cuda());
+    const auto scale = cpu.to(torch::kFloat64).abs().max().item<double>() + 1e-30;
+    CHECK((gpu.cpu().to(torch::kFloat64) - cpu.to(torch::kFloat64)).abs().max().item<double>() /
+              scale <= tol);
+  }
+}

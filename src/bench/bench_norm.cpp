@@ -120,7 +120,9 @@ BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
   const auto x = torch::randn({rows, hidden}, opts);
   const auto w = torch::randn({hidden}, opts);
   const auto b = torch::randn({hidden}, opts);
+  const auto residual = torch::randn({rows, hidden}, opts);
   auto out = torch::empty_like(x);
+  auto sum = torch::empty_like(x);
   const double eps = options.eps;
   const std::vector<int64_t> shape{hidden};
 
@@ -135,6 +137,20 @@ BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
       {kAtenRmsVariant, activations + params, [&] { at::rms_norm(x, shape, w, eps); }},
       {kOursLayerVariant, activations + 2 * params,
        [&] { foldnorm::ops::layerNormOut(out, x, shape, w, b, eps); }},
+      // The residual-add + norm pair. Bytes: what the pair must move at least (read x and the
+      // residual, write the norm and the sum: 4 passes), for all three, so GB/s compares them.
+      {kOursAddRmsVariant, 2 * activations + 2 * params,
+       [&] { foldnorm::ops::addRmsNormOut(out, sum, x, residual, shape, w, b, eps); }},
+      {kAtenAddOursRmsVariant, 2 * activations + 2 * params,
+       [&] {
+         at::add_out(sum, x, residual);
+         foldnorm::ops::rmsNormOut(out, sum, shape, w, b, eps);
+       }},
+      {kAtenAddLayerVariant, 2 * activations + 2 * params,
+       [&] {
+         at::add_out(sum, x, residual);
+         torch::layer_norm(sum, shape, w, b, eps);
+       }},
   };
 
   for (int i = 0; i < options.warmup; ++i) {
@@ -225,6 +241,7 @@ nlohmann::json toJson(const BenchNormReport& report) {
   for (const auto& c : report.cases) {
     nlohmann::json variants = nlohmann::json::array();
     const double copyMs = c.variant(kCopyVariant).medianMs;
+    const double copyGbPerSecond = c.variant(kCopyVariant).gbPerSecond;
     const double atenLnMs = c.variant(kAtenLayerVariant).medianMs;
     for (const auto& v : c.variants) {
       variants.push_back({{"name", v.name},
@@ -234,10 +251,17 @@ nlohmann::json toJson(const BenchNormReport& report) {
                           {"p90_ms", v.p90Ms},
                           {"gb_per_s", v.gbPerSecond},
                           {"time_vs_copy", v.medianMs / copyMs},
+                          {"bandwidth_vs_copy", v.gbPerSecond / copyGbPerSecond},
                           {"speedup_vs_aten_layer_norm", atenLnMs / v.medianMs}});
     }
+    const double fusedMs = c.variant(kOursAddRmsVariant).medianMs;
     cases.push_back(
-        {{"dtype", c.dtype}, {"rows", c.rows}, {"hidden", c.hidden}, {"variants", variants}});
+        {{"dtype", c.dtype},
+         {"rows", c.rows},
+         {"hidden", c.hidden},
+         {"variants", variants},
+         {"fused_speedup_vs_aten_add_rms_norm", c.variant(kAtenAddOursRmsVariant).medianMs / fusedMs},
+         {"fused_speedup_vs_aten_add_layer_norm", c.variant(kAtenAddLayerVariant).medianMs / fusedMs}});
   }
   return {{"device", report.device},
           {"threads", report.threads},
@@ -256,7 +280,9 @@ std::string formatNormBenchTable(const BenchNormReport& report) {
   }
   std::string s = format(
       "device %s, %d threads, CPU kernels %s, %d rounds after %d warm-up%s\n%s\n"
-      "median and p10-p90 over the rounds; GB/s = bytes read + written / median\n",
+      "median and p10-p90 over the rounds; GB/s = bytes read + written / median (the add "
+      "variants: the 4 passes the pair needs at least); /copy = time / copy time; BW/copy = GB/s / "
+      "copy GB/s\n",
       report.device.c_str(), report.threads, report.cpuKernelIsa.c_str(), report.reps,
       report.warmup, l2, report.outputs.c_str());
   for (const auto& c : report.cases) {
@@ -264,13 +290,20 @@ std::string formatNormBenchTable(const BenchNormReport& report) {
     const double atenLnMs = c.variant(kAtenLayerVariant).medianMs;
     s += format("\n%s [%lld x %lld]\n", c.dtype.c_str(), static_cast<long long>(c.rows),
                 static_cast<long long>(c.hidden));
-    s += format("  %-22s %10s %21s %8s %8s %10s\n", "variant", "median ms", "p10-p90 ms", "GB/s",
-                "/copy", "x aten LN");
+    const double copyGbPerSecond = c.variant(kCopyVariant).gbPerSecond;
+    s += format("  %-29s %10s %21s %8s %8s %8s %10s\n", "variant", "median ms", "p10-p90 ms",
+                "GB/s", "/copy", "BW/copy", "x aten LN");
     for (const auto& v : c.variants) {
       const std::string spread = format("%.3f-%.3f", v.p10Ms, v.p90Ms);
-      s += format("  %-22s %10.3f %21s %8.1f %8.2f %10.2f\n", v.name.c_str(), v.medianMs,
-                  spread.c_str(), v.gbPerSecond, v.medianMs / copyMs, atenLnMs / v.medianMs);
+      s += format("  %-29s %10.3f %21s %8.1f %8.2f %8.2f %10.2f\n", v.name.c_str(), v.medianMs,
+                  spread.c_str(), v.gbPerSecond, v.medianMs / copyMs,
+                  v.gbPerSecond / copyGbPerSecond, atenLnMs / v.medianMs);
     }
+    const double fusedMs = c.variant(kOursAddRmsVariant).medianMs;
+    s += format("  fused add+RMSNorm: %.2fx aten::add+foldnorm::rms_norm, %.2fx "
+                "aten::add+aten::layer_norm\n",
+                c.variant(kAtenAddOursRmsVariant).medianMs / fusedMs,
+                c.variant(kAtenAddLayerVariant).medianMs / fusedMs);
   }
   return s;
 }

@@ -1,5 +1,5 @@
-// `foldnorm bench-norm`: our RMSNorm vs aten::layer_norm vs aten::rms_norm vs our fused LayerNorm
-// vs a copy of the same bytes, interleaved in one run (see include/foldnorm/bench/bench_norm.h).
+// `foldnorm bench-norm`: our RMSNorm vs aten::layer_norm vs aten::rms_norm vs our fused LayerNorm,
+// the fused residual add + RMSNorm vs its unfused forms, and a copy of the same bytes, interleaved in one run (see include/foldnorm/bench/bench_norm.h).
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -22,8 +22,9 @@ void setup(CLI::App& app, int& exitCode) {
   auto& o = args->options;
   auto* cmd = app.add_subcommand(
       "bench-norm",
-      "Time foldnorm::rms_norm against aten::layer_norm, aten::rms_norm, foldnorm::layer_norm and "
-      "a memory copy of the same bytes, interleaved in one run; progress on stderr");
+      "Time foldnorm::rms_norm against aten::layer_norm, aten::rms_norm, foldnorm::layer_norm, "
+      "the residual-add + norm pair (foldnorm::add_rms_norm, aten::add + foldnorm::rms_norm, "
+      "aten::add + aten::layer_norm) and a memory copy, interleaved in one run; progress on stderr");
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o.dtypes, "Comma-separated: float32, float64, bfloat16, float16")
       ->delimiter(',')

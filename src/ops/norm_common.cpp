@@ -1,6 +1,7 @@
 #include "norm_common.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
@@ -86,6 +87,71 @@ void prepareNormOut(NormKind kind, const at::Tensor& input, at::Tensor& out) {
   // Writing into the input itself is fine (each element is read before it is written);
   // a shifted view of it is not.
   at::assert_no_partial_overlap(out, input);
+}
+
+NormShape checkAddNormInputs(const at::Tensor& input, const at::Tensor& residual,
+                             at::IntArrayRef normalizedShape,
+                             const std::optional<at::Tensor>& weight,
+                             const std::optional<at::Tensor>& bias) {
+  const NormShape shape = checkNormInputs(NormKind::kRms, input, normalizedShape, weight, bias);
+  TORCH_CHECK(residual.defined(), kAddRmsNormName, ": residual is an undefined tensor");
+  TORCH_CHECK(residual.sizes() == input.sizes(), kAddRmsNormName, ": residual has shape ",
+              residual.sizes(), " but input has shape ", input.sizes(),
+              "; the fused add does not broadcast (expand and make the residual contiguous "
+              "first, or use aten::add)");
+  TORCH_CHECK(residual.scalar_type() == input.scalar_type(), kAddRmsNormName,
+              ": residual has dtype ", residual.scalar_type(), " but input has dtype ",
+              input.scalar_type());
+  TORCH_CHECK(residual.device() == input.device(), kAddRmsNormName, ": residual is on ",
+              residual.device(), " but input is on ", input.device());
+  return shape;
+}
+
+void prepareAddNormOut(const at::Tensor& input, const at::Tensor& residual, at::Tensor& out,
+                       at::Tensor& sum) {
+  for (at::Tensor* t : {&out, &sum}) {
+    const char* name = t == &out ? "out" : "sum";
+    TORCH_CHECK(t->defined(), kAddRmsNormName, ".out: ", name, " is an undefined tensor");
+    TORCH_CHECK(t->scalar_type() == input.scalar_type(), kAddRmsNormName, ".out: ", name,
+                " has dtype ", t->scalar_type(), " but input has dtype ", input.scalar_type());
+    TORCH_CHECK(t->device() == input.device(), kAddRmsNormName, ".out: ", name, " is on ",
+                t->device(), " but input is on ", input.device());
+    if (t->sizes() != input.sizes()) t->resize_(input.sizes());
+    TORCH_CHECK(t->is_contiguous(), kAddRmsNormName, ".out: ", name,
+                " must be contiguous (pass a fresh tensor or .contiguous() storage)");
+    // Each element of input and residual is read before the same element of out/sum is written.
+    at::assert_no_partial_overlap(*t, input);
+    at::assert_no_partial_overlap(*t, residual);
+  }
+  TORCH_CHECK(!out.is_same(sum), kAddRmsNormName, ".out: out and sum are the same tensor");
+  at::assert_no_overlap(out, sum);
+}
+
+NormShape checkNormBackwardInputs(NormKind kind, const at::Tensor& gradOut,
+                                  const at::Tensor& input, at::IntArrayRef normalizedShape,
+                                  const std::optional<at::Tensor>& weight,
+                                  const std::optional<at::Tensor>& bias) {
+  const NormShape shape = checkNormInputs(kind, input, normalizedShape, weight, bias);
+  TORCH_CHECK(gradOut.defined(), opName(kind), "_backward: grad_out is an undefined tensor");
+  TORCH_CHECK(gradOut.sizes() == input.sizes() && gradOut.scalar_type() == input.scalar_type() &&
+                  gradOut.device() == input.device(),
+              opName(kind), "_backward: grad_out (", gradOut.sizes(), ", ", gradOut.scalar_type(),
+              ", ", gradOut.device(), ") must have the input's shape, dtype and device (",
+              input.sizes(), ", ", input.scalar_type(), ", ", input.device(), ")");
+  return shape;
+}
+
+c10::ScalarType paramTypeOf(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+  TORCH_CHECK(!weight.defined() || !bias.defined() || weight.scalar_type() == bias.scalar_type(),
+              op, ": weight has dtype ", weight.scalar_type(), " but bias has dtype ",
+              bias.scalar_type(), "; give both the same dtype");
+  if (weight.defined()) return weight.scalar_type();
+  return bias.defined() ? bias.scalar_type() : input.scalar_type();
+}
+
+at::Tensor emptyNormOutput(const at::Tensor& input) {
+  return at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
 at::Tensor contiguousOrUndefined(const std::optional<at::Tensor>& t) {

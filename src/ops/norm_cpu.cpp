@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <tuple>
 
 #include "foldnorm/ops/rms_norm.h"
 #include "norm_common.h"
@@ -36,6 +37,29 @@ CpuKernelIsa automaticIsa() {
 // -1: automatic; otherwise a forced CpuKernelIsa.
 std::atomic<int> forcedIsa{-1};
 
+void runNormCpu(const NormCpuCall& call) {
+  if (cpuKernelIsa() == CpuKernelIsa::kAvx2) return normCpuAvx2(call);
+  normCpuPortable(call);
+}
+
+// Rows from which a 16-bit weight/bias is widened to float32 once per call: the kernels then
+// convert only x and y per chunk instead of x, w, b and y (the conversions, not memory, bounded
+// 16-bit rows on this CPU). Exact: every 16-bit value is a float32 value, and the 16-bit input
+// with float32 parameters path computes the same float expressions, so the bits do not change.
+// Fewer rows keep the parameters as they are (the widening would cost more than it saves).
+constexpr int64_t kWidenParametersMinRows = 16;
+
+at::Tensor kernelParameter(const at::Tensor& x, const NormShape& shape,
+                           const std::optional<at::Tensor>& param) {
+  at::Tensor p = contiguousOrUndefined(param);
+  const bool reduced = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
+  if (p.defined() && reduced && p.scalar_type() == x.scalar_type() &&
+      shape.rows >= kWidenParametersMinRows) {
+    return p.to(at::kFloat);
+  }
+  return p;
+}
+
 at::Tensor& normCpuOut(NormKind kind, const at::Tensor& input, at::IntArrayRef normalizedShape,
                        const std::optional<at::Tensor>& weight,
                        const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
@@ -45,16 +69,14 @@ at::Tensor& normCpuOut(NormKind kind, const at::Tensor& input, at::IntArrayRef n
               input.device());
   if (shape.rows == 0 || shape.cols == 0) return out;
   const at::Tensor x = input.contiguous();
-  const at::Tensor w = contiguousOrUndefined(weight);
-  const at::Tensor b = contiguousOrUndefined(bias);
+  paramTypeOf(opName(kind), x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()));
+  const at::Tensor w = kernelParameter(x, shape, weight);
+  const at::Tensor b = kernelParameter(x, shape, bias);
 
   NormCpuCall call;
   call.kind = kind;
   call.dataType = x.scalar_type();
-  call.paramType = w.defined() ? w.scalar_type() : (b.defined() ? b.scalar_type() : x.scalar_type());
-  TORCH_CHECK(!w.defined() || !b.defined() || w.scalar_type() == b.scalar_type(), opName(kind),
-              ": weight has dtype ", w.scalar_type(), " but bias has dtype ", b.scalar_type(),
-              "; give both the same dtype");
+  call.paramType = paramTypeOf(opName(kind), x, w, b);  // after widening (checked above)
   call.x = x.const_data_ptr();
   call.weight = w.defined() ? w.const_data_ptr() : nullptr;
   call.bias = b.defined() ? b.const_data_ptr() : nullptr;
@@ -62,11 +84,7 @@ at::Tensor& normCpuOut(NormKind kind, const at::Tensor& input, at::IntArrayRef n
   call.rows = shape.rows;
   call.cols = shape.cols;
   call.eps = eps;
-  if (cpuKernelIsa() == CpuKernelIsa::kAvx2) {
-    normCpuAvx2(call);
-  } else {
-    normCpuPortable(call);
-  }
+  runNormCpu(call);
   return out;
 }
 
@@ -75,7 +93,7 @@ at::Tensor normCpu(NormKind kind, const at::Tensor& input, at::IntArrayRef norma
                    double eps) {
   // Check before allocating so that a bad call reports its arguments, not an allocation.
   checkNormInputs(kind, input, normalizedShape, weight, bias);
-  at::Tensor out = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = emptyNormOutput(input);
   return normCpuOut(kind, input, normalizedShape, weight, bias, eps, out);
 }
 
@@ -103,7 +121,61 @@ at::Tensor& layerNormCpuOut(const at::Tensor& input, at::IntArrayRef normalizedS
   return normCpuOut(NormKind::kLayer, input, normalizedShape, weight, bias, eps, out);
 }
 
+std::tuple<at::Tensor&, at::Tensor&> addRmsNormCpuOut(const at::Tensor& input,
+                                                      const at::Tensor& residual,
+                                                      at::IntArrayRef normalizedShape,
+                                                      const std::optional<at::Tensor>& weight,
+                                                      const std::optional<at::Tensor>& bias,
+                                                      double eps, at::Tensor& out,
+                                                      at::Tensor& sum) {
+  const NormShape shape = checkAddNormInputs(input, residual, normalizedShape, weight, bias);
+  prepareAddNormOut(input, residual, out, sum);
+  TORCH_CHECK(input.device().is_cpu(), kAddRmsNormName, ": the CPU kernel got a tensor on ",
+              input.device());
+  if (shape.rows == 0 || shape.cols == 0) return {out, sum};
+  // Non-contiguous operands are copied once; the kernel reads rows at any alignment.
+  const at::Tensor x = input.contiguous();
+  const at::Tensor r = residual.contiguous();
+  paramTypeOf(kAddRmsNormName, x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()));
+  const at::Tensor w = kernelParameter(x, shape, weight);
+  const at::Tensor b = kernelParameter(x, shape, bias);
+
+  NormCpuCall call;
+  call.kind = NormKind::kRms;
+  call.dataType = x.scalar_type();
+  call.paramType = paramTypeOf(kAddRmsNormName, x, w, b);  // after widening
+  call.x = x.const_data_ptr();
+  call.residual = r.const_data_ptr();
+  call.weight = w.defined() ? w.const_data_ptr() : nullptr;
+  call.bias = b.defined() ? b.const_data_ptr() : nullptr;
+  call.y = out.mutable_data_ptr();
+  call.sum = sum.mutable_data_ptr();
+  call.rows = shape.rows;
+  call.cols = shape.cols;
+  call.eps = eps;
+  runNormCpu(call);
+  return {out, sum};
+}
+
+std::tuple<at::Tensor, at::Tensor> addRmsNormCpu(const at::Tensor& input,
+                                                 const at::Tensor& residual,
+                                                 at::IntArrayRef normalizedShape,
+                                                 const std::optional<at::Tensor>& weight,
+                                                 const std::optional<at::Tensor>& bias,
+                                                 double eps) {
+  checkAddNormInputs(input, residual, normalizedShape, weight, bias);
+  at::Tensor out = emptyNormOutput(input);
+  at::Tensor sum = emptyNormOutput(input);
+  addRmsNormCpuOut(input, residual, normalizedShape, weight, bias, eps, out, sum);
+  return {out, sum};
+}
+
 }  // namespace
+
+void runNormBackwardCpu(const NormBackwardCpuCall& call) {
+  if (cpuKernelIsa() == CpuKernelIsa::kAvx2) return normBackwardCpuAvx2(call);
+  normBackwardCpuPortable(call);
+}
 
 CpuKernelIsa cpuKernelIsa() {
   const int forced = forcedIsa.load();
@@ -124,6 +196,8 @@ TORCH_LIBRARY_IMPL(foldnorm, CPU, m) {
   m.impl("rms_norm.out", &rmsNormCpuOut);
   m.impl("layer_norm", &layerNormCpu);
   m.impl("layer_norm.out", &layerNormCpuOut);
+  m.impl("add_rms_norm", &addRmsNormCpu);
+  m.impl("add_rms_norm.out", &addRmsNormCpuOut);
 }
 
 }  // namespace foldnorm::ops

@@ -5,7 +5,9 @@
 #define CPU_CAPABILITY AVX2
 #define CPU_CAPABILITY_AVX2
 #define FOLDNORM_NORM_CPU_ENTRY normCpuAvx2
+#define FOLDNORM_NORM_BACKWARD_CPU_ENTRY normBackwardCpuAvx2
 #include "norm_cpu_rows.h"
+#include "norm_cpu_backward_rows.h"
 #else
 #include <c10/util/Exception.h>
 
@@ -13,6 +15,9 @@
 
 namespace foldnorm::ops {
 void normCpuAvx2(const NormCpuCall&) {
+  TORCH_CHECK(false, "foldnorm ops: the AVX2 kernels were not compiled for this target");
+}
+void normBackwardCpuAvx2(const NormBackwardCpuCall&) {
   TORCH_CHECK(false, "foldnorm ops: the AVX2 kernels were not compiled for this target");
 }
 }  // namespace foldnorm::ops

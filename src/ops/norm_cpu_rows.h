@@ -135,6 +135,27 @@ inline void streamingStoresDone() {}
 // next op to read.
 constexpr int64_t kStreamingStoreMinBytes = int64_t{16} << 20;
 
+// s = x + r as aten::add computes it (in the accumulation type, alpha = 1), rounded to T: the
+// fused add_rms_norm normalizes exactly the tensor that aten::add would have written.
+template <typename Acc, typename T>
+inline void loadSumChunk(const T* x, const T* r, Vectorized<Acc>& lo, Vectorized<Acc>& hi) {
+  Vectorized<Acc> rLo, rHi;
+  loadChunk<Acc>(x, lo, hi);
+  loadChunk<Acc>(r, rLo, rHi);
+  lo = lo + rLo;
+  hi = hi + rHi;
+  if constexpr (!std::is_same_v<T, Acc>) {
+    auto rounded = at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(lo, hi));
+    lo = std::get<0>(rounded);
+    hi = std::get<1>(rounded);
+  }
+}
+
+template <typename Acc, typename T>
+inline Acc roundedSum(T x, T r) {
+  return static_cast<Acc>(static_cast<T>(static_cast<Acc>(x) + static_cast<Acc>(r)));
+}
+
 template <typename Acc>
 inline Acc horizontalSum(const Vectorized<Acc>& v) {
   return at::vec::vec_reduce_all<Acc>([](Vectorized<Acc>& a, Vectorized<Acc>& b) { return a + b; },
@@ -157,17 +178,23 @@ typename ChunkOf<T>::Acc sumRow(const T* x, int64_t n) {
   return s;
 }
 
-// sum((x - center)^2); center = 0 gives RMSNorm's sum of squares.
-template <typename T, bool kCentered>
+// sum((x - center)^2); center = 0 gives RMSNorm's sum of squares. With kAdd the row is
+// x + r (rounded to T), in the same order, so the fused op's statistics have the unfused bits.
+template <typename T, bool kCentered, bool kAdd = false>
 typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
-                                             typename ChunkOf<T>::Acc center) {
+                                             typename ChunkOf<T>::Acc center,
+                                             const T* r = nullptr) {
   using C = ChunkOf<T>;
   using Acc = typename C::Acc;
   typename C::AccVec a0(Acc(0)), a1(Acc(0)), lo, hi;
   const typename C::AccVec c(center);
   int64_t j = 0;
   for (; j + C::kSize <= n; j += C::kSize) {
-    loadChunk<Acc>(x + j, lo, hi);
+    if constexpr (kAdd) {
+      loadSumChunk<Acc>(x + j, r + j, lo, hi);
+    } else {
+      loadChunk<Acc>(x + j, lo, hi);
+    }
     if constexpr (kCentered) {
       lo = lo - c;
       hi = hi - c;
@@ -177,7 +204,7 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
   }
   Acc s = horizontalSum<Acc>(a0 + a1);
   for (; j < n; ++j) {
-    Acc v = static_cast<Acc>(x[j]);
+    Acc v = kAdd ? roundedSum<Acc>(x[j], r[j]) : static_cast<Acc>(x[j]);
     if constexpr (kCentered) v -= center;
     s += v * v;
   }
@@ -185,9 +212,12 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
 }
 
 // y = ((x [- center]) * scale) [* w] [+ b]; the center (the mean) only for LayerNorm.
-template <typename T, typename P, bool kCentered, bool kWeight, bool kBias, bool kStream>
+// With kAdd, x + r (rounded) takes x's place and is written to s: recomputed from x and r, which
+// are in cache after the statistics pass, rather than read back, so s can be streamed too.
+template <typename T, typename P, bool kCentered, bool kWeight, bool kBias, bool kStream,
+          bool kAdd = false>
 void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename ChunkOf<T>::Acc scale,
-              typename ChunkOf<T>::Acc center) {
+              typename ChunkOf<T>::Acc center, const T* r = nullptr, T* s = nullptr) {
   using C = ChunkOf<T>;
   using Acc = typename C::Acc;
   using V = typename C::AccVec;
@@ -195,7 +225,16 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
   V lo, hi, wLo, wHi, bLo, bHi;
   int64_t j = 0;
   for (; j + C::kSize <= n; j += C::kSize) {
-    loadChunk<Acc>(x + j, lo, hi);
+    if constexpr (kAdd) {
+      loadSumChunk<Acc>(x + j, r + j, lo, hi);
+      if constexpr (kStream) {
+        streamChunk<Acc>(s + j, lo, hi);
+      } else {
+        storeChunk<Acc>(s + j, lo, hi);
+      }
+    } else {
+      loadChunk<Acc>(x + j, lo, hi);
+    }
     if constexpr (kCentered) {
       lo = lo - vCenter;
       hi = hi - vCenter;
@@ -224,6 +263,10 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
   }
   for (; j < n; ++j) {
     Acc v = static_cast<Acc>(x[j]);
+    if constexpr (kAdd) {
+      v = roundedSum<Acc>(x[j], r[j]);
+      s[j] = static_cast<T>(v);
+    }
     if constexpr (kCentered) v -= center;
     v *= scale;
     if constexpr (kWeight) v *= static_cast<Acc>(w[j]);
@@ -232,10 +275,13 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
   }
 }
 
-template <typename T, typename P, bool kLayer, bool kWeight, bool kBias, bool kStream>
+template <typename T, typename P, bool kLayer, bool kWeight, bool kBias, bool kStream, bool kAdd>
 void normRowsWith(const NormCpuCall& call) {
   using Acc = typename ChunkOf<T>::Acc;
+  static_assert(!(kLayer && kAdd), "the fused residual add is RMS only");
   const T* x = static_cast<const T*>(call.x);
+  const T* res = static_cast<const T*>(call.residual);
+  T* sum = static_cast<T*>(call.sum);
   const P* w = static_cast<const P*>(call.weight);
   const P* b = static_cast<const P*>(call.bias);
   T* y = static_cast<T*>(call.y);
@@ -253,6 +299,12 @@ void normRowsWith(const NormCpuCall& call) {
         const Acc var = sumSquaredDeviations<T, true>(xr, n, mean) / count;
         const Acc rstd = Acc(1) / std::sqrt(var + eps);
         writeRow<T, P, true, kWeight, kBias, kStream>(xr, w, b, yr, n, rstd, mean);
+      } else if constexpr (kAdd) {
+        const T* rr = res + r * n;
+        const Acc meanSquare = sumSquaredDeviations<T, false, true>(xr, n, Acc(0), rr) / count;
+        const Acc rstd = Acc(1) / std::sqrt(meanSquare + eps);
+        writeRow<T, P, false, kWeight, kBias, kStream, true>(xr, w, b, yr, n, rstd, Acc(0), rr,
+                                                              sum + r * n);
       } else {
         const Acc meanSquare = sumSquaredDeviations<T, false>(xr, n, Acc(0)) / count;
         const Acc rstd = Acc(1) / std::sqrt(meanSquare + eps);
@@ -263,29 +315,32 @@ void normRowsWith(const NormCpuCall& call) {
   });
 }
 
-template <typename T, typename P, bool kLayer, bool kWeight, bool kBias>
+inline bool aligned32(const void* p) { return reinterpret_cast<uintptr_t>(p) % 32 == 0; }
+
+template <typename T, typename P, bool kLayer, bool kWeight, bool kBias, bool kAdd>
 void normRows(const NormCpuCall& call) {
-  // Streaming needs every chunk 32-byte aligned: an aligned output and rows of whole 32 bytes.
+  // Streaming needs every chunk 32-byte aligned: aligned outputs and rows of whole 32 bytes.
   const int64_t rowBytes = call.cols * static_cast<int64_t>(sizeof(T));
   const bool stream = kHasStreamingStores && call.rows * rowBytes >= kStreamingStoreMinBytes &&
-                      rowBytes % 32 == 0 && reinterpret_cast<uintptr_t>(call.y) % 32 == 0;
-  if (stream) return normRowsWith<T, P, kLayer, kWeight, kBias, true>(call);
-  normRowsWith<T, P, kLayer, kWeight, kBias, false>(call);
+                      rowBytes % 32 == 0 && aligned32(call.y) && (!kAdd || aligned32(call.sum));
+  if (stream) return normRowsWith<T, P, kLayer, kWeight, kBias, true, kAdd>(call);
+  normRowsWith<T, P, kLayer, kWeight, kBias, false, kAdd>(call);
 }
 
-template <typename T, typename P, bool kLayer>
+template <typename T, typename P, bool kLayer, bool kAdd>
 void normRowsByAffine(const NormCpuCall& call) {
   const bool w = call.weight != nullptr, b = call.bias != nullptr;
-  if (w && b) return normRows<T, P, kLayer, true, true>(call);
-  if (w) return normRows<T, P, kLayer, true, false>(call);
-  if (b) return normRows<T, P, kLayer, false, true>(call);
-  normRows<T, P, kLayer, false, false>(call);
+  if (w && b) return normRows<T, P, kLayer, true, true, kAdd>(call);
+  if (w) return normRows<T, P, kLayer, true, false, kAdd>(call);
+  if (b) return normRows<T, P, kLayer, false, true, kAdd>(call);
+  normRows<T, P, kLayer, false, false, kAdd>(call);
 }
 
 template <typename T, typename P>
 void normRowsByKind(const NormCpuCall& call) {
-  if (call.kind == NormKind::kLayer) return normRowsByAffine<T, P, true>(call);
-  normRowsByAffine<T, P, false>(call);
+  if (call.kind == NormKind::kLayer) return normRowsByAffine<T, P, true, false>(call);
+  if (call.residual != nullptr) return normRowsByAffine<T, P, false, true>(call);
+  normRowsByAffine<T, P, false, false>(call);
 }
 
 // 16-bit inputs take parameters of their own type or float32 (checked by the caller).

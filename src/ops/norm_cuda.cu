@@ -23,39 +23,13 @@
 #include <type_traits>
 
 #include "norm_cuda.h"
+#include "norm_cuda_convert.cuh"
 
 namespace foldnorm::ops::cuda {
 namespace {
 
 constexpr int kBlockThreads = 128;
 constexpr int kFallbackWarpsPerBlock = 8;
-
-template <typename T>
-struct Convert;
-template <>
-struct Convert<float> {
-  using Acc = float;
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <>
-struct Convert<double> {
-  using Acc = double;
-  __device__ static double load(double v) { return v; }
-  __device__ static double store(double v) { return v; }
-};
-template <>
-struct Convert<__nv_bfloat16> {
-  using Acc = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-template <>
-struct Convert<__half> {
-  using Acc = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
 
 template <typename T>
 struct alignas(16) Vec16 {
@@ -93,11 +67,22 @@ __device__ __forceinline__ float groupSum(float s, float* partials) {
   return s;
 }
 
-template <typename T, int kTpr, int kItems, bool kLayer>
+// x + r as aten::add computes it (float, alpha 1), rounded to T and back: add_rms_norm normalizes
+// exactly the tensor aten::add would write.
+template <typename T>
+__device__ __forceinline__ typename Convert<T>::Acc roundedSum(T x, T r) {
+  using Acc = typename Convert<T>::Acc;
+  return Convert<T>::load(Convert<T>::store(static_cast<Acc>(Convert<T>::load(x)) +
+                                            static_cast<Acc>(Convert<T>::load(r))));
+}
+
+// kAdd (add_rms_norm): the row is x + residual, rounded, written to `sum` as it is loaded; the
+// statistics and the output then see exactly what the unfused kernel would read back.
+template <typename T, int kTpr, int kItems, bool kLayer, bool kAdd>
 __global__ void __launch_bounds__(kBlockThreads)
     normRegisterRowKernel(const T* __restrict__ x, const T* __restrict__ weight,
                           const T* __restrict__ bias, T* __restrict__ y, int64_t rows, int cols,
-                          float eps) {
+                          float eps, const T* __restrict__ residual, T* __restrict__ sum) {
   using V = Vec16<T>;
   constexpr int kVec = V::kElements;
   constexpr int kRowsPerBlock = kBlockThreads / kTpr;
@@ -117,8 +102,20 @@ __global__ void __launch_bounds__(kBlockThreads)
     const int idx = i * kTpr + lane;
     if (rowValid && idx < vectorsPerRow) {
       const V raw = xRow[idx];
+      if constexpr (kAdd) {
+        const int64_t at = row * vectorsPerRow + idx;
+        const V res = reinterpret_cast<const V*>(residual)[at];
+        V s;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) v[i][k] = Convert<T>::load(raw.v[k]);
+        for (int k = 0; k < kVec; ++k) {
+          s.v[k] = Convert<T>::store(Convert<T>::load(raw.v[k]) + Convert<T>::load(res.v[k]));
+          v[i][k] = Convert<T>::load(s.v[k]);
+        }
+        reinterpret_cast<V*>(sum)[at] = s;
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[i][k] = Convert<T>::load(raw.v[k]);
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) v[i][k] = 0.f;
@@ -184,16 +181,25 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <typename T, typename P, bool kLayer>
+// kAdd: pass 1 writes the rounded sum, which pass 2 then reads back (the same lane wrote it).
+template <typename T, typename P, bool kLayer, bool kAdd>
 __global__ void __launch_bounds__(kFallbackWarpsPerBlock * 32)
-    normWarpRowKernel(const T* __restrict__ x, const P* __restrict__ weight,
-                      const P* __restrict__ bias, T* __restrict__ y, int64_t rows, int64_t cols,
-                      typename Convert<T>::Acc eps) {
+    normWarpRowKernel(const T* x, const P* __restrict__ weight, const P* __restrict__ bias,
+                      T* __restrict__ y, int64_t rows, int64_t cols, typename Convert<T>::Acc eps,
+                      const T* __restrict__ residual, T* sum) {
   using Acc = typename Convert<T>::Acc;
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kFallbackWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;  // whole warps leave together; only warp-level sync below
+  if constexpr (kAdd) {
+    const T* rRow = residual + row * cols;
+    T* sRow = sum + row * cols;
+    for (int64_t j = lane; j < cols; j += 32) {
+      sRow[j] = Convert<T>::store(roundedSum(x[row * cols + j], rRow[j]));
+    }
+    x = sum;  // pass 2 and the statistics read the sum
+  }
   const T* xRow = x + row * cols;
   T* yRow = y + row * cols;
   const Acc count = static_cast<Acc>(cols);
@@ -242,13 +248,15 @@ struct ItemLadder {
     ((chosen = (chosen == 0 && needed <= kItems) ? kItems : chosen), ...);
     return chosen;
   }
-  template <typename T, int kTpr, bool kLayer>
+  template <typename T, int kTpr, bool kLayer, bool kAdd>
   static void launch(int items, const NormCudaCall& c, int64_t blocks, cudaStream_t stream) {
     ((items == kItems
-          ? (normRegisterRowKernel<T, kTpr, kItems, kLayer><<<blocks, kBlockThreads, 0, stream>>>(
+          ? (normRegisterRowKernel<T, kTpr, kItems, kLayer, kAdd>
+             <<<blocks, kBlockThreads, 0, stream>>>(
                  static_cast<const T*>(c.x), static_cast<const T*>(c.weight),
                  static_cast<const T*>(c.bias), static_cast<T*>(c.y), c.rows,
-                 static_cast<int>(c.cols), static_cast<float>(c.eps)),
+                 static_cast<int>(c.cols), static_cast<float>(c.eps),
+                 static_cast<const T*>(c.residual), static_cast<T*>(c.sum)),
              0)
           : 0),
      ...);
@@ -306,23 +314,16 @@ int elementBytes(NormDtype t) {
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename T, bool kLayer>
+template <typename T, bool kLayer, bool kAdd>
 void launchRegisterRow(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
+  const int items = plan.itemsPerThread;
   switch (plan.threadsPerRow) {
-    case 8:
-      return LadderFor<8>::type::launch<T, 8, kLayer>(plan.itemsPerThread, c, plan.blocks, stream);
-    case 16:
-      return LadderFor<16>::type::launch<T, 16, kLayer>(plan.itemsPerThread, c, plan.blocks,
-                                                        stream);
-    case 32:
-      return LadderFor<32>::type::launch<T, 32, kLayer>(plan.itemsPerThread, c, plan.blocks,
-                                                        stream);
-    case 64:
-      return LadderFor<64>::type::launch<T, 64, kLayer>(plan.itemsPerThread, c, plan.blocks,
-                                                        stream);
+    case 8: return LadderFor<8>::type::launch<T, 8, kLayer, kAdd>(items, c, plan.blocks, stream);
+    case 16: return LadderFor<16>::type::launch<T, 16, kLayer, kAdd>(items, c, plan.blocks, stream);
+    case 32: return LadderFor<32>::type::launch<T, 32, kLayer, kAdd>(items, c, plan.blocks, stream);
+    case 64: return LadderFor<64>::type::launch<T, 64, kLayer, kAdd>(items, c, plan.blocks, stream);
     default:
-      return LadderFor<128>::type::launch<T, 128, kLayer>(plan.itemsPerThread, c, plan.blocks,
-                                                          stream);
+      return LadderFor<128>::type::launch<T, 128, kLayer, kAdd>(items, c, plan.blocks, stream);
   }
 }
 
@@ -334,12 +335,18 @@ void launchWarpRow(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t
   const auto* b = static_cast<const P*>(c.bias);
   auto* y = static_cast<T*>(c.y);
   const auto eps = static_cast<Acc>(c.eps);
+  const auto* r = static_cast<const T*>(c.residual);
+  auto* s = static_cast<T*>(c.sum);
+  constexpr int kThreads = kFallbackWarpsPerBlock * 32;
   if (c.layerNorm) {
-    normWarpRowKernel<T, P, true><<<plan.blocks, kFallbackWarpsPerBlock * 32, 0, stream>>>(
-        x, w, b, y, c.rows, c.cols, eps);
+    normWarpRowKernel<T, P, true, false><<<plan.blocks, kThreads, 0, stream>>>(
+        x, w, b, y, c.rows, c.cols, eps, nullptr, nullptr);
+  } else if (r != nullptr) {
+    normWarpRowKernel<T, P, false, true><<<plan.blocks, kThreads, 0, stream>>>(
+        x, w, b, y, c.rows, c.cols, eps, r, s);
   } else {
-    normWarpRowKernel<T, P, false><<<plan.blocks, kFallbackWarpsPerBlock * 32, 0, stream>>>(
-        x, w, b, y, c.rows, c.cols, eps);
+    normWarpRowKernel<T, P, false, false><<<plan.blocks, kThreads, 0, stream>>>(
+        x, w, b, y, c.rows, c.cols, eps, nullptr, nullptr);
   }
 }
 
@@ -347,8 +354,9 @@ template <typename T>
 void launchTyped(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
   if constexpr (!std::is_same_v<T, double>) {
     if (plan.registerRow) {
-      if (c.layerNorm) return launchRegisterRow<T, true>(plan, c, stream);
-      return launchRegisterRow<T, false>(plan, c, stream);
+      if (c.layerNorm) return launchRegisterRow<T, true, false>(plan, c, stream);
+      if (c.residual != nullptr) return launchRegisterRow<T, false, true>(plan, c, stream);
+      return launchRegisterRow<T, false, false>(plan, c, stream);
     }
   }
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
@@ -365,7 +373,8 @@ NormCudaPlan planNorm(const NormCudaCall& c) {
   const int vec = 16 / bytes;
   const bool vectorizable = c.dataType != NormDtype::kFloat64 && c.paramType == c.dataType &&
                             c.cols % vec == 0 && aligned16(c.x) && aligned16(c.y) &&
-                            aligned16(c.weight) && aligned16(c.bias);
+                            aligned16(c.weight) && aligned16(c.bias) &&
+                            aligned16(c.residual) && aligned16(c.sum);
   if (vectorizable) {
     const int tpr = threadsPerRowFor(c.cols);
     const int64_t vectors = c.cols / vec;

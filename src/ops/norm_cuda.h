@@ -18,6 +18,10 @@ struct NormCudaCall {
   const void* weight = nullptr;  // may be null
   const void* bias = nullptr;    // may be null
   void* y = nullptr;
+  // foldnorm::add_rms_norm (RMS only): the row normalized is x + residual rounded to the data
+  // type, written to `sum` too.
+  const void* residual = nullptr;
+  void* sum = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   double eps = 0;
@@ -37,5 +41,28 @@ NormCudaPlan planNorm(const NormCudaCall& call);
 
 /// Launches on `stream`; returns the launch error (cudaSuccess when none).
 cudaError_t launchNorm(const NormCudaCall& call, cudaStream_t stream);
+
+/// The backward of one norm call (norm_cuda_backward.cu). gradInput, gradWeightPartial and
+/// gradBiasPartial may be null. `stats` holds 2 * rows values of the accumulation type (float;
+/// double for float64) for the per-row mean and rstd; the partial buffers one row of it per block
+/// of rowsPerBlock rows, zeroed, summed by the caller in block order.
+struct NormBackwardCudaCall {
+  bool layerNorm = false;
+  NormDtype dataType = NormDtype::kFloat32;
+  NormDtype paramType = NormDtype::kFloat32;
+  const void* gradOut = nullptr;
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  void* gradInput = nullptr;
+  void* gradWeightPartial = nullptr;
+  void* gradBiasPartial = nullptr;
+  void* stats = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t rowsPerBlock = 1;
+  double eps = 0;
+};
+
+cudaError_t launchNormBackward(const NormBackwardCudaCall& call, cudaStream_t stream);
 
 }  // namespace foldnorm::ops::cuda

@@ -52,4 +52,49 @@ at::Tensor& layerNormOut(at::Tensor& out, const at::Tensor& input,
   return op.call(input, normalizedShape, weight, bias, eps, out);
 }
 
+std::tuple<at::Tensor, at::Tensor> addRmsNorm(const at::Tensor& input, const at::Tensor& residual,
+                                              at::IntArrayRef normalizedShape,
+                                              const std::optional<at::Tensor>& weight,
+                                              const std::optional<at::Tensor>& bias, double eps) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow(kAddRmsNormOp, "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(
+                           const at::Tensor&, const at::Tensor&, at::IntArrayRef,
+                           const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                           double)>();
+  return op.call(input, residual, normalizedShape, weight, bias, eps);
+}
+
+std::tuple<at::Tensor&, at::Tensor&> addRmsNormOut(at::Tensor& out, at::Tensor& sum,
+                                                   const at::Tensor& input,
+                                                   const at::Tensor& residual,
+                                                   at::IntArrayRef normalizedShape,
+                                                   const std::optional<at::Tensor>& weight,
+                                                   const std::optional<at::Tensor>& bias,
+                                                   double eps) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow(kAddRmsNormOp, "out")
+                       .typed<std::tuple<at::Tensor&, at::Tensor&>(
+                           const at::Tensor&, const at::Tensor&, at::IntArrayRef,
+                           const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                           double, at::Tensor&, at::Tensor&)>();
+  return op.call(input, residual, normalizedShape, weight, bias, eps, out, sum);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackward(
+    bool layer, const at::Tensor& gradOut, const at::Tensor& input,
+    at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask) {
+  using Signature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, at::IntArrayRef, const std::optional<at::Tensor>&,
+      const std::optional<at::Tensor>&, double, std::array<bool, 3>);
+  static auto rms = c10::Dispatcher::singleton()
+                        .findSchemaOrThrow("foldnorm::rms_norm_backward", "")
+                        .typed<Signature>();
+  static auto ln = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("foldnorm::layer_norm_backward", "")
+                       .typed<Signature>();
+  return (layer ? ln : rms).call(gradOut, input, normalizedShape, weight, bias, eps, outputMask);
+}
+
 }  // namespace foldnorm::ops

@@ -1,5 +1,6 @@
 // `foldnorm bench-norm`: the norm kernels side by side in one run. Per shape and dtype, our RMSNorm,
-// aten::layer_norm, aten::rms_norm, our fused LayerNorm and a memory copy of the same bytes are
+// aten::layer_norm, aten::rms_norm, our fused LayerNorm, the residual-add + norm pair (our fused
+// add_rms_norm, aten::add + our rms_norm, aten::add + aten::layer_norm) and a memory copy are
 // timed interleaved (the variant order rotates every round), after warm-up; each variant reports
 // median and p10-p90 over the rounds and effective bandwidth (bytes read + written / median).
 //
@@ -66,6 +67,10 @@ inline constexpr const char* kOursRmsVariant = "foldnorm::rms_norm";
 inline constexpr const char* kOursLayerVariant = "foldnorm::layer_norm";
 inline constexpr const char* kAtenLayerVariant = "aten::layer_norm";
 inline constexpr const char* kAtenRmsVariant = "aten::rms_norm";
+// The residual-add + norm pair: fused, and the two unfused forms it replaces.
+inline constexpr const char* kOursAddRmsVariant = "foldnorm::add_rms_norm";
+inline constexpr const char* kAtenAddOursRmsVariant = "aten::add+foldnorm::rms_norm";
+inline constexpr const char* kAtenAddLayerVariant = "aten::add+aten::layer_norm";
 
 /// Checks the options (throws foldnorm::Error naming the bad one) and runs every shape;
 /// progress lines go to `progress`.

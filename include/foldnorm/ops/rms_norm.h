@@ -13,6 +13,16 @@
 //                        float eps) -> Tensor,  and foldnorm::layer_norm.out
 //     Our own fused LayerNorm, written with the same care as rms_norm, so that a benchmark can
 //     separate what dropping the mean saves from what kernel quality saves.
+//   foldnorm::add_rms_norm(Tensor input, Tensor residual, int[] normalized_shape, Tensor? weight,
+//                          Tensor? bias, float eps) -> (Tensor normed, Tensor sum)
+//     sum = input + residual (aten::add's result, rounded to the dtype before the statistics) and
+//     normed = rms_norm(sum), bitwise equal to aten::add followed by foldnorm::rms_norm, in one
+//     pass that reads input and residual once and writes both outputs once (the pre-LN
+//     residual-add + norm pair). No broadcasting. And add_rms_norm.out(..., *, out, sum).
+//   foldnorm::rms_norm_backward / foldnorm::layer_norm_backward(Tensor grad_out, Tensor input,
+//       int[] normalized_shape, Tensor? weight, Tensor? bias, float eps, bool[3] output_mask)
+//       -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)
+//     Gradients; the ops' Autograd kernels call them, so backward through a folded model works.
 //
 // Kernels: CPU (float32/float64/bfloat16/float16; AVX2 or portable, picked at run time) and CUDA
 // (when built with FOLDNORM_CUDA). Weight and bias have the input's dtype, or float32 for a
@@ -24,12 +34,15 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include <array>
 #include <optional>
+#include <tuple>
 
 namespace foldnorm::ops {
 
 inline constexpr const char* kRmsNormOp = "foldnorm::rms_norm";
 inline constexpr const char* kLayerNormOp = "foldnorm::layer_norm";
+inline constexpr const char* kAddRmsNormOp = "foldnorm::add_rms_norm";
 
 /// Calls the registered operator through the dispatcher (CPU or CUDA by the input's device).
 at::Tensor rmsNorm(const at::Tensor& input, at::IntArrayRef normalizedShape,
@@ -51,6 +64,30 @@ at::Tensor layerNorm(const at::Tensor& input, at::IntArrayRef normalizedShape,
 at::Tensor& layerNormOut(at::Tensor& out, const at::Tensor& input,
                          at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
                          const std::optional<at::Tensor>& bias, double eps);
+
+/// foldnorm::add_rms_norm: (rms_norm(input + residual), input + residual).
+std::tuple<at::Tensor, at::Tensor> addRmsNorm(const at::Tensor& input, const at::Tensor& residual,
+                                              at::IntArrayRef normalizedShape,
+                                              const std::optional<at::Tensor>& weight,
+                                              const std::optional<at::Tensor>& bias, double eps);
+
+/// foldnorm::add_rms_norm.out: writes into `out` and `sum` (either may be input or residual
+/// itself, for an in-place residual stream) and returns them.
+std::tuple<at::Tensor&, at::Tensor&> addRmsNormOut(at::Tensor& out, at::Tensor& sum,
+                                                   const at::Tensor& input,
+                                                   const at::Tensor& residual,
+                                                   at::IntArrayRef normalizedShape,
+                                                   const std::optional<at::Tensor>& weight,
+                                                   const std::optional<at::Tensor>& bias,
+                                                   double eps);
+
+/// foldnorm::rms_norm_backward (layer = false) / layer_norm_backward: (dx, dw, db) for the
+/// gradient gradOut of the output; the entries output_mask leaves out (or whose parameter is
+/// absent) are undefined.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackward(
+    bool layer, const at::Tensor& gradOut, const at::Tensor& input,
+    at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask);
 
 /// The instruction set of the CPU kernels. AVX2 (with FMA) is used when the CPU has it and
 /// ATen's own dispatch is not limited to DEFAULT (ATEN_CPU_CAPABILITY=default).
