@@ -4,7 +4,7 @@
 // not, the parameters the fold changes, the bytes untied, and the analysis time.
 // Writes a Markdown page (default docs/foldability.md); progress on stderr.
 //
-//   build/bin/foldability_table --fixtures build/test-models --corpus build/corpus-results \
+//   build/bin/foldability_table --fixtures build/test-models --corpus build/corpus-results
 //       --out docs/foldability.md
 //
 // Zoo models are built from their C++ definitions into a scratch folder (random weights, traced

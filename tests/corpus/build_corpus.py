@@ -285,9 +285,14 @@ def run_architecture(arch, env: str, args, versions: Dict[str, str], keys: Dict[
 # ---------------------------------------------------------------- expectations
 
 def expectation_of(result: dict) -> dict:
+    """LN count, foldable count, and per kept LN its reason; a module called twice (ALBERT's shared
+    layer) has one reason per call, in graph order, joined by '+'."""
+    keep: Dict[str, str] = {}
+    for l in result["layer_norms"]:
+        if not l["foldable"]:
+            keep[l["module"]] = keep[l["module"]] + "+" + l["reason"] if l["module"] in keep else l["reason"]
     return {"layer_norms": len(result["layer_norms"]),
-            "foldable": sum(1 for l in result["layer_norms"] if l["foldable"]),
-            "keep": {l["module"]: l["reason"] for l in result["layer_norms"] if not l["foldable"]}}
+            "foldable": sum(1 for l in result["layer_norms"] if l["foldable"]), "keep": keep}
 
 
 def load_expectations() -> dict:
@@ -315,7 +320,7 @@ def check_one(name: str, env: str, results_dir: str) -> int:
     got = expectation_of(result)
     want = load_expectations().get(env, {}).get(name)
     hint = (f"if the new verdicts are intended (and the oracle confirmed them, as it did), run:\n"
-            f"  {os.path.relpath(__file__)} --update-expectations --results {results_dir} --env {env} --only {name}")
+            f"  {os.path.abspath(__file__)} --update-expectations --results {results_dir} --env {env} --only {name}")
     if want is None:
         print(f"{name} [{env}]: no expectation in {EXPECTATIONS}; {hint}")
         return 1
@@ -371,6 +376,7 @@ def run_env(env: str, args) -> int:
     import importlib
     import torch
     import corpus_lib
+    import oracle
     torch.set_num_threads(1)
     for mod in BUILDER_MODULES:
         if os.path.exists(os.path.join(HERE, mod + ".py")):
@@ -410,9 +416,10 @@ def run_env(env: str, args) -> int:
         else:
             try:
                 result = run_architecture(registry[name], env, args, versions, keys)
-            except Failed as e:
+            except (Failed, oracle.OracleError) as e:
                 result = {"name": name, "env": env, "library": registry[name].library,
-                          "family": registry[name].family, "versions": versions, "failures": [str(e)]}
+                          "family": registry[name].family, "versions": versions,
+                          "failures": [("oracle: " if isinstance(e, oracle.OracleError) else "") + str(e)]}
             except Exception as e:  # noqa: BLE001 (the oracle or the driver on a new model: report, go on)
                 result = {"name": name, "env": env, "library": registry[name].library,
                           "family": registry[name].family, "versions": versions,

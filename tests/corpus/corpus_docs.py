@@ -12,7 +12,11 @@ import sys
 from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from build_corpus import OLD_PINS  # noqa: E402
+
 ENVS = ("main", "old")
+OLD_TEXT = f"{OLD_PINS['transformers']} and timm {OLD_PINS['timm']}"
 
 
 def load(results: str):
@@ -73,6 +77,21 @@ def render(rows: dict, results: str) -> str:
            "- \"file rel\": the saved folded file (float32) against the eager model, float32 (<= 1e-5).",
            "- \"input dep.\": how much a second input set changes the outputs (must exceed 1e-6).",
            "- times: analysis ms (the tool's own figure) / trace s / analyze + fold s (subprocesses).",
+           "",
+           "What a confirmed KEEP does and does not say: the maximal plan centers plain leaves (linear,",
+           "GPT-2 Conv1D, conv within its groups, embedding rows, additive free parameters such as class",
+           "tokens and position tables; free parameters named like a multiplier, gamma/lambda/scale, are",
+           "left alone). It does not do the LayerScale fold of method.md section 7 (centering the scaled",
+           "map) or the explicit centering of section 8 (after an LN that starts a stream: BLOOM, CLIP",
+           "vision, SegFormer), which the tool does not do either; KEEPs next to those are confirmed",
+           "only relative to plain-leaf centering. A module called twice (ALBERT's shared layer) is",
+           "swapped or measured on every call. LNs are matched to the eager model by their weight's",
+           "path, so a wrong LN name in the analysis is reported, not guessed around.",
+           "",
+           "Environments: `main` is the project venv; `old` is transformers " + OLD_TEXT + " installed by",
+           "the driver with `pip install --target` under `~/.cache/foldnorm/corpus-old/<versions>` and put",
+           "first on PYTHONPATH (torch stays 2.11: torchvision's versions are tied to torch's, so",
+           "torchvision has no old version here). Architectures traced there are marked `old=True`.",
            ""]
     for env in ENVS:
         env_rows = [r for (e, _), r in sorted(rows.items()) if e == env]
@@ -98,9 +117,14 @@ def render(rows: dict, results: str) -> str:
         out += ["None.", ""]
     for env, r in failing:
         out.append(f"- **{r['name']}** ({env}):")
-        for u in r.get("oracle", {}).get("unconfirmed", []):
+        unconfirmed = r.get("oracle", {}).get("unconfirmed", [])
+        for u in unconfirmed[:3]:
             out.append(f"  - UNCONFIRMED KEEP `{u['module']}` ({u['reason']}): {u['explanation'][:220]}; "
                        f"input row mean under the maximal plan {fmt(u.get('maximal_plan_input_mean'))}")
+        if len(unconfirmed) > 3:
+            reasons = Counter(u["reason"] for u in unconfirmed[3:])
+            out.append(f"  - ... and {len(unconfirmed) - 3} more UNCONFIRMED KEEPs ("
+                       + ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())) + ")")
         others = [f for f in r["failures"] if not f.startswith("UNCONFIRMED")]
         for f in others:
             out.append(f"  - {f[:300]}")

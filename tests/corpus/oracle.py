@@ -187,11 +187,12 @@ class NormPatch:
     flavour, nn.LayerNorm or a library's channels-first LN, ends there); LNs without one by their
     module, through a forward pre-hook and a wrapper of that instance's forward."""
 
-    def __init__(self, model: nn.Module, rms: Sequence[str], watch: Sequence[str]):
+    def __init__(self, model: nn.Module, rms: Sequence[str], watch: Sequence[str],
+                 has_weight: Optional[Dict[str, bool]] = None):
         self.model = model
         self.keys: Dict[str, object] = {}
         for module in set(rms) | set(watch):
-            self.keys[module] = self._key(module)
+            self.keys[module] = self._key(module, (has_weight or {}).get(module, False))
         self.rms = {self.keys[m]: m for m in rms}
         self.watch = {self.keys[m]: m for m in watch}
         self.calls: Dict[str, int] = {}
@@ -199,14 +200,20 @@ class NormPatch:
         self._current: Optional[str] = None
         self._handles = []
 
-    def _key(self, module: str):
+    def _key(self, module: str, has_weight: bool):
         named = dict(self.model.named_parameters(remove_duplicate=False))
         if module + ".weight" in named:
             return ("w", id(named[module + ".weight"]))
+        if has_weight:  # an LN with a weight is named by its weight's path; anything else is a wrong name
+            raise OracleError(f"the analysis names a LayerNorm with a weight '{module}', but the eager "
+                              f"model has no parameter '{module}.weight' (a wrong LN name)")
         try:
             sub = self.model.get_submodule(module)
         except AttributeError:
             raise OracleError(f"the analysis names LayerNorm '{module}', which the eager model does not have")
+        if "Norm" not in type(sub).__name__:
+            raise OracleError(f"the analysis names LayerNorm '{module}', which is a {type(sub).__name__} "
+                              f"in the eager model (a wrong LN name)")
         return ("m", id(sub))
 
     def _measure(self, name: str, x: torch.Tensor, ndims: int) -> None:
@@ -273,14 +280,14 @@ class OracleReport:
                 "input_dependence": self.input_dependence, "errors": self.errors}
 
 
-def _run(model: nn.Module, input_sets, rms=(), watch=()) -> Tuple[List[Tuple[torch.Tensor, ...]], NormPatch]:
+def _run(model: nn.Module, input_sets, rms=(), watch=(), has_weight=None) -> Tuple[List[Tuple[torch.Tensor, ...]], NormPatch]:
     outs = []
     # float64 by default too: library code that makes tensors without a dtype (transformers 4.41's
     # causal mask: torch.full(..., finfo(float64).min)) would otherwise overflow or round to float32.
     saved = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        with torch.no_grad(), NormPatch(model, rms, watch) as patch:
+        with torch.no_grad(), NormPatch(model, rms, watch, has_weight) as patch:
             for inputs in input_sets:
                 outs.append(_as_tuple(model(*inputs)))
     finally:
@@ -319,13 +326,14 @@ def check(eager: nn.Module, input_sets: Sequence[Sequence[torch.Tensor]], analys
     rep.input_dependence = relative_diff(ref[0], ref[1])
 
     lns = analysis["layer_norms"]
+    has_weight = {l["module"]: bool(l.get("has_weight")) for l in lns}
     fold = [l["module"] for l in lns if l["foldable"]]
     keep = [l for l in lns if not l["foldable"]]
 
     if fold:
         folded = copy.deepcopy(eager)
         apply_actions(folded, plan_entries(analysis))
-        got, patch = _run(folded, sets64, rms=fold, watch=fold)
+        got, patch = _run(folded, sets64, rms=fold, watch=fold, has_weight=has_weight)
         missing = [m for m in fold if not patch.calls.get(m)]
         if missing:
             raise OracleError(f"the RMSNorm patch never reached {missing}")
@@ -335,7 +343,7 @@ def check(eager: nn.Module, input_sets: Sequence[Sequence[torch.Tensor]], analys
     if keep:
         maximal = copy.deepcopy(eager)
         apply_actions(maximal, maximal_entries(eager, analysis))
-        _, patch = _run(maximal, sets64[:1], watch=[l["module"] for l in keep])
+        _, patch = _run(maximal, sets64[:1], watch=[l["module"] for l in keep], has_weight=has_weight)
         for l in keep:
             mean = patch.stats.get(l["module"])
             entry = {"reason": l["reason"], "maximal_plan_input_mean": mean}
