@@ -10,8 +10,9 @@ For each architecture: build (corpus_lib.prepare), trace (torch.jit.trace, check
 strict=False), save with the embedded input spec, run `foldnorm analyze --json` and `foldnorm fold
 --json`, load the folded file back in Python, run the float64 eager oracle (oracle.py), and write
 <results>/<env>/<name>.json. Traces are cached under $FOLDNORM_CACHE/corpus (default
-~/.cache/foldnorm/corpus) keyed by the corpus scripts, the name and the library versions; results
-also by the hashes of the foldnorm binary and the ops library, so a warm rerun only copies files.
+~/.cache/foldnorm/corpus) keyed by the builder scripts, the name and the library versions; results
+also by the driver, the oracle and the hashes of the foldnorm binary and the ops library, so a
+warm rerun only copies files.
 The "old" environment is older transformers and timm installed with `pip --target` under the cache
 (keyed by their versions) and put first on PYTHONPATH; torch stays the same.
 """
@@ -55,15 +56,22 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def scripts_hash() -> str:
-    """The corpus scripts and the fixture helpers they use: a change to any of them retraces."""
+def scripts_hash(files: List[str]) -> str:
     h = hashlib.sha256()
-    files = sorted(f for f in os.listdir(HERE) if f.endswith(".py")) + ["../fixtures/fixture_lib.py"]
     for f in files:
         h.update(f.encode())
         with open(os.path.join(HERE, f), "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()
+
+
+def builder_files() -> List[str]:
+    """What makes a trace: the builders, the registry and preparation, the fixture helpers."""
+    return sorted(f for f in os.listdir(HERE) if f.endswith("_corpus.py")) + \
+        ["corpus_lib.py", "../fixtures/fixture_lib.py"]
+
+
+CHECKER_FILES = ["build_corpus.py", "oracle.py"]  # what makes a result from a trace
 
 
 def library_versions() -> Dict[str, str]:
@@ -397,9 +405,9 @@ def run_env(env: str, args) -> int:
     versions = library_versions()
     if env == "old" and any(versions.get(k) != v for k, v in OLD_PINS.items()):
         raise SystemExit(f"corpus: the old environment has {versions}, expected {OLD_PINS}")
-    shash = scripts_hash()
+    shash = scripts_hash(builder_files())
     vkey = json.dumps(versions, sort_keys=True)
-    tool = sha256_file(args.foldnorm) + sha256_file(args.ops)
+    tool = sha256_file(args.foldnorm) + sha256_file(args.ops) + scripts_hash(CHECKER_FILES)
     out_dir = os.path.join(args.results, env)
     os.makedirs(out_dir, exist_ok=True)
     say(f"{env}: {len(names)} architectures; versions {versions}")

@@ -123,6 +123,11 @@ def main():
     expect(f"untie centers one name only ({max(rep.fold_rel):.2g})", max(rep.fold_rel) <= oracle.EXACT_REL)
     rep = oracle.check(tied, IDS, both)
     expect("centering the shared storage without untie is caught", max(rep.fold_rel) > oracle.CHANGED_REL)
+    try:
+        oracle.check(PreLN(), IDS, dict(both, layer_norms=both["layer_norms"][:1]))
+        expect("an LN missing from the analysis is caught", False)
+    except oracle.OracleError as e:
+        expect(f"an LN missing from the analysis is caught ({e})", "calls F.layer_norm 2 times" in str(e))
     print("all cases: the oracle confirms right answers and rejects wrong ones")
     return 0
 
