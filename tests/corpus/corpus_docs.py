@@ -44,11 +44,12 @@ def row_cells(r: dict) -> list:
     s, o = r["summary"], r["oracle"]
     reasons = Counter(l["reason"] for l in r["layer_norms"] if not l["foldable"])
     why = ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())) or "-"
-    confirmed = sum(1 for k in o["keeps"].values() if "confirmed_by" in k)
+    kept = [l["module"] for l in r["layer_norms"] if not l["foldable"]]  # one per call (ALBERT: twice)
+    confirmed = sum(1 for m in kept if "confirmed_by" in o["keeps"].get(m, {}))
     fold = max(o["fold_relative_float64"]) if o["fold_relative_float64"] else None
     t = r.get("seconds", {})
     return [r["name"], r["library"], r["family"], str(s["layer_norms"]), str(s["foldable"]), why,
-            f"{confirmed}/{len(o['keeps'])}", fmt(fold), fmt(r["folded_file"]["float32_relative"]),
+            f"{confirmed}/{len(kept)}", fmt(fold), fmt(r["folded_file"]["float32_relative"]),
             fmt(min(o["input_dependence"]), ".2g"),
             f"{s['milliseconds']:.2f} / {t.get('trace', 0):.1f} / {t.get('analyze', 0) + t.get('fold', 0):.1f}"]
 
@@ -85,7 +86,8 @@ def render(rows: dict, results: str) -> str:
            "map) or the explicit centering of section 8 (after an LN that starts a stream: BLOOM, CLIP",
            "vision, SegFormer), which the tool does not do either; KEEPs next to those are confirmed",
            "only relative to plain-leaf centering. A module called twice (ALBERT's shared layer) is",
-           "swapped or measured on every call. LNs are matched to the eager model by their weight's",
+           "swapped or measured on every call (its worst call counts, so a mean-zero call can hide",
+           "behind the other). LNs are matched to the eager model by their weight's",
            "path, so a wrong LN name in the analysis is reported, not guessed around.",
            "",
            "Environments: `main` is the project venv; `old` is transformers " + OLD_TEXT + " installed by",
