@@ -1,15 +1,18 @@
-// Foldability table (issue: reproducible analyses, item 1): for every built-in zoo model and the
-// torchvision models traced by tests/fixtures/make_models.py, the LayerNorms, how many fold, why
-// the others do not, the parameters the fold changes, the bytes untied, and the analysis time.
+// Foldability table (issue: reproducible analyses, item 1): for every built-in zoo model, the
+// torchvision models traced by tests/fixtures/make_models.py and the public-architecture corpus
+// (tests/corpus, its traces named by its results), the LayerNorms, how many fold, why the others do
+// not, the parameters the fold changes, the bytes untied, and the analysis time.
 // Writes a Markdown page (default docs/foldability.md); progress on stderr.
 //
-//   build/bin/foldability_table --fixtures build/test-models --out docs/foldability.md
+//   build/bin/foldability_table --fixtures build/test-models --corpus build/corpus-results
+//       --out docs/foldability.md
 //
 // Zoo models are built from their C++ definitions into a scratch folder (random weights, traced
 // by LibTorch); verdicts depend on the architecture, not the weights. Published presets are used
 // where their float32 weights stay under ~2 GB; bigger ones (Phi-2, TinyLlama) use the preset
 // named in the table. The analysis time excludes the load and the shape-recording run.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,8 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "docs_output.h"
 #include "foldnorm/analysis/timing.h"
@@ -90,18 +95,54 @@ std::string escapeCell(std::string s) {
   return out;
 }
 
+/// The corpus results (tests/corpus/build_corpus.py: <dir>/<env>/<name>.json) whose traces can be
+/// analysed here. A model whose analysis crashed the CLI is listed apart, not loaded in-process.
+struct CorpusEntry {
+  std::string name, trace, source, family;
+};
+
+std::vector<CorpusEntry> corpusEntries(const std::string& dir, std::vector<std::string>* skipped) {
+  std::vector<CorpusEntry> out;
+  for (const char* env : {"main", "old"}) {
+    auto folder = fs::path(dir) / env;
+    if (!fs::is_directory(folder)) continue;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(folder))
+      if (e.path().extension() == ".json") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      std::ifstream in(f);
+      auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded()) throw Error("corpus result " + f.string() + " is not JSON");
+      if (j.contains("absent")) continue;
+      std::string name = j.value("name", f.stem().string()) + (std::string(env) == "old" ? " (old)" : "");
+      if (!j.contains("summary") || !j.contains("trace_file")) {
+        auto failures = j.value("failures", std::vector<std::string>{});
+        skipped->push_back(name + ": " + (failures.empty() ? "no analysis" : failures.front()));
+        continue;
+      }
+      auto lib = j.value("library", "");
+      auto versions = j.value("versions", nlohmann::json::object());
+      std::string version = versions.contains(lib) ? versions[lib].get<std::string>() : "";
+      out.push_back({name, j["trace_file"].get<std::string>(), lib + " " + version, j.value("family", "")});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Regenerate the foldability table of the zoo and torchvision models"};
   std::string out = "docs/foldability.md";
-  std::string fixtures;
+  std::string fixtures, corpus;
   std::vector<std::string> zoo{"gpt2:small", "bert:base",   "opt:125m",   "opt350m:350m", "phi:tiny",
                                "llama:tiny", "vit:b_16",    "swin_t:t",   "convnext_t:t"};
   int reps = 11;
   app.add_option("--out", out, "Markdown file to write");
   app.add_option("--fixtures", fixtures,
                  "Folder of tests/fixtures/make_models.py (manifest.json; torchvision models)");
+  app.add_option("--corpus", corpus, "Folder of tests/corpus/build_corpus.py's results (<env>/<name>.json)");
   app.add_option("--zoo", zoo, "Zoo models as NAME:PRESET")->take_all();
   app.add_option("--reps", reps, "Timed analysis runs per model")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
@@ -128,16 +169,28 @@ int main(int argc, char** argv) {
         rows.push_back(analyse(path, name, "torchvision (Python trace)", "tiny config", reps));
       }
     }
+    std::vector<std::string> skipped;
+    if (!corpus.empty()) {
+      auto entries = corpusEntries(corpus, &skipped);
+      if (entries.empty()) throw Error("no analysable corpus results under " + corpus + " (run tests/corpus/build_corpus.py)");
+      for (const auto& e : entries) {
+        if (!fs::exists(e.trace)) throw Error("corpus trace " + e.trace + " is gone (rerun tests/corpus/build_corpus.py)");
+        rows.push_back(analyse(e.trace, e.name, e.source, e.family, reps));
+      }
+    }
     ::rmdir(scratch.c_str());
 
     std::ostringstream md;
-    md << "# Foldability of the zoo and torchvision models\n\n"
+    md << "# Foldability of the zoo, torchvision and corpus models\n\n"
        << "Generated by `analyses/foldability_table.cpp`; do not edit by hand. Regenerate with\n\n"
-       << "```\nbuild/bin/foldability_table --fixtures build/test-models --out docs/foldability.md\n```\n\n"
+       << "```\nbuild/bin/foldability_table --fixtures build/test-models --corpus build/corpus-results \\\n"
+       << "    --out docs/foldability.md\n```\n\n"
        << "Verdicts come from the architecture (random weights). \"params\" is the number of parameters the\n"
        << "fold changes (centered, and untied where shared); analysis time is `analyzeFoldability` alone,\n"
        << "median (p10-p90) of " << reps << " runs after 2 warm-up runs, excluding the load and the\n"
-       << "shape-recording run (import time is shown apart). Architectures and reasons: docs/architectures.md.\n\n"
+       << "shape-recording run (import time is shown apart). Architectures and reasons: docs/architectures.md;\n"
+       << "corpus models (preset: their family; \"(old)\": traced under the older libraries) and the oracle\n"
+       << "that confirms each verdict: docs/corpus.md.\n\n"
        << "| model | source | preset | graph nodes | LNs | foldable | not foldable (reason: count) | params changed | untied | import s | analysis ms |\n"
        << "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& r : rows) {
@@ -150,6 +203,10 @@ int main(int argc, char** argv) {
       md << "| " << r.model << " | " << r.source << " | " << r.preset << " | " << r.nodes << " | " << r.lns << " | "
          << r.foldable << " | " << (why.empty() ? "-" : why) << " | " << r.parameters << " | "
          << bytesText(r.untieBytes) << " | " << imp << " | " << t << " |\n";
+    }
+    if (!skipped.empty()) {
+      md << "\nCorpus models not analysed here (see docs/corpus.md):\n\n";
+      for (const auto& s : skipped) md << "- " << escapeCell(s) << "\n";
     }
     md << "\n## Why the others do not fold (one example per model and reason)\n\n";
     for (const auto& r : rows) {

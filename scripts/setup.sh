@@ -12,6 +12,9 @@ torchvision_version=0.26.0
 # transformers: only the Python test fixtures use it (tests/fixtures/hf_models.py); 5.24 traces
 # GPT-2/Phi/Llama with torch 2.11, where 4.57's vmap-built attention masks do not.
 transformers_version=5.24.0
+# timm: the public-architecture corpus (tests/corpus) traces its models; the corpus's "old"
+# environment (older transformers and timm) is installed by tests/corpus/build_corpus.py itself.
+timm_version=1.0.31
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 apt_packages=(
@@ -42,12 +45,12 @@ if [ ! -x "$venv/bin/python" ]; then
   say "creating venv $venv"
   "$py" -m venv "$venv"
 fi
-have=$("$venv/bin/python" -c 'import torch, torchvision; from importlib.metadata import version; print(torch.__version__.split("+")[0], torchvision.__version__.split("+")[0], version("transformers"))' 2>/dev/null || true)
-if [ "$have" != "$torch_version $torchvision_version $transformers_version" ]; then
-  say "installing torch==$torch_version torchvision==$torchvision_version transformers==$transformers_version into $venv (several GB the first time)"
-  "$venv/bin/pip" install --progress-bar on "torch==$torch_version" "torchvision==$torchvision_version" "transformers==$transformers_version"
+have=$("$venv/bin/python" -c 'import torch, torchvision; from importlib.metadata import version; print(torch.__version__.split("+")[0], torchvision.__version__.split("+")[0], version("transformers"), version("timm"))' 2>/dev/null || true)
+if [ "$have" != "$torch_version $torchvision_version $transformers_version $timm_version" ]; then
+  say "installing torch==$torch_version torchvision==$torchvision_version transformers==$transformers_version timm==$timm_version into $venv (several GB the first time)"
+  "$venv/bin/pip" install --progress-bar on "torch==$torch_version" "torchvision==$torchvision_version" "transformers==$transformers_version" "timm==$timm_version"
 else
-  say "venv: torch $torch_version, torchvision $torchvision_version, transformers $transformers_version present"
+  say "venv: torch $torch_version, torchvision $torchvision_version, transformers $transformers_version, timm $timm_version present"
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

@@ -15,7 +15,10 @@ Registering an architecture:
                       input_names=["image"], output_names=["logits"])
 
 `old=True` marks the architectures that are traced a second time under the older library versions of
-the "old" fixture environment (a model that must build with both APIs).
+the "old" fixture environment (a model that must build with both APIs). `absent=("old",)` declares that
+the library of an environment lacks the architecture: its builder failing there is expected, not a
+failure. tests/corpus/CMakeLists.txt reads the names and the old flag from the decorator's text (one
+ctest entry per architecture), so keep its arguments literal.
 """
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -44,16 +47,19 @@ class Architecture:
     build: Callable[[], Sample]
     old: bool = False              # traced again under the old library versions
     description: str = ""
+    absent: Tuple[str, ...] = ()   # environments whose library lacks it (a failing build is expected)
 
 
 REGISTRY: Dict[str, Architecture] = {}
 
 
-def architecture(name: str, library: str, family: str, old: bool = False, description: str = ""):
+def architecture(name: str, library: str, family: str, old: bool = False, description: str = "",
+                 absent: Sequence[str] = ()):
     def register(fn: Callable[[], Sample]) -> Callable[[], Sample]:
         if name in REGISTRY:
             raise ValueError(f"architecture '{name}' registered twice")
-        REGISTRY[name] = Architecture(name, library, family, fn, old, description or (fn.__doc__ or "").strip())
+        REGISTRY[name] = Architecture(name, library, family, fn, old, description or (fn.__doc__ or "").strip(),
+                                      tuple(absent))
         return fn
     return register
 

@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""The corpus driver: build, trace, analyse, fold and confirm every registered architecture.
+
+    build_corpus.py --foldnorm build/bin/foldnorm --ops build/lib/libfoldnorm_ops.so \\
+        --results build/corpus-results [--env main|old] [--only hf-gpt2 timm-vit_tiny ...]
+    build_corpus.py --check hf-gpt2 --env main --results build/corpus-results   (one ctest entry)
+    build_corpus.py --update-expectations --results build/corpus-results        (after a reviewed change)
+
+For each architecture: build (corpus_lib.prepare), trace (torch.jit.trace, check_trace=False,
+strict=False), save with the embedded input spec, run `foldnorm analyze --json` and `foldnorm fold
+--json`, load the folded file back in Python, run the float64 eager oracle (oracle.py), and write
+<results>/<env>/<name>.json. Traces are cached under $FOLDNORM_CACHE/corpus (default
+~/.cache/foldnorm/corpus) keyed by the builder scripts, the name and the library versions; results
+also by the driver, the oracle and the hashes of the foldnorm binary and the ops library, so a
+warm rerun only copies files.
+The "old" environment is older transformers and timm installed with `pip --target` under the cache
+(keyed by their versions) and put first on PYTHONPATH; torch stays the same.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
+sys.path[:0] = [HERE, FIXTURES]
+
+CACHE = os.path.join(os.environ.get("FOLDNORM_CACHE", os.path.expanduser("~/.cache/foldnorm")), "corpus")
+OLD_PINS = {"transformers": "4.41.2", "timm": "0.9.16"}
+# transformers 4.41 needs a huggingface_hub before 1.0 and tokenizers 0.19; timm's own dependencies
+# (torch, torchvision) must stay the venv's, so timm is installed without them.
+OLD_EXTRA = ["huggingface_hub<1.0", "tokenizers<0.20"]
+OLD_KEY = "-".join(f"{k}{v}" for k, v in sorted(OLD_PINS.items()))
+BUILDER_MODULES = ["hf_corpus", "timm_corpus", "tv_corpus"]
+EXPECTATIONS = os.path.join(HERE, "expectations.json")
+FOLD_FILE_REL = 1e-5      # the saved float32 fold run in float32 against the eager model
+TRACE_REL = 1e-4          # the trace against the eager model, float32
+TIMEOUT_ANALYZE, TIMEOUT_FOLD = 300, 600
+
+
+def say(msg: str) -> None:
+    print(f"[corpus] {msg}", flush=True)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def scripts_hash(files: List[str]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.encode())
+        with open(os.path.join(HERE, f), "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+def builder_files() -> List[str]:
+    """What makes a trace: the builders, the registry and preparation, the fixture helpers."""
+    return sorted(f for f in os.listdir(HERE) if f.endswith("_corpus.py")) + \
+        ["corpus_lib.py", "../fixtures/fixture_lib.py"]
+
+
+CHECKER_FILES = ["build_corpus.py", "oracle.py"]  # what makes a result from a trace
+
+
+def library_versions() -> Dict[str, str]:
+    from importlib import metadata
+    out = {"python": sys.version.split()[0]}
+    for lib in ("torch", "transformers", "timm", "torchvision"):
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = "absent"
+    return out
+
+
+# ---------------------------------------------------------------- the old environment
+
+def old_env_dir() -> str:
+    return os.path.join(CACHE + "-old", OLD_KEY)
+
+
+def ensure_old_env() -> str:
+    """pip --target into a fresh folder, renamed into place only when both installs succeeded."""
+    target = old_env_dir()
+    if os.path.isdir(target):
+        return target
+    tmp = target + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", tmp]
+    say(f"installing the old environment {OLD_KEY} into {target}")
+    steps = [pip + [f"transformers=={OLD_PINS['transformers']}"] + OLD_EXTRA,
+             pip + ["--no-deps", f"timm=={OLD_PINS['timm']}"]]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise SystemExit(f"corpus: installing the old environment failed: {tail[0]}")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.replace(tmp, target)
+    return target
+
+
+def reexec_in_old_env(argv: List[str]) -> int:
+    target = ensure_old_env()
+    env = dict(os.environ, FOLDNORM_CORPUS_CHILD="old",
+               PYTHONPATH=os.pathsep.join([target] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    return subprocess.run([sys.executable, os.path.abspath(__file__)] + argv, env=env).returncode
+
+
+# ---------------------------------------------------------------- one architecture
+
+class Failed(Exception):
+    """One architecture's run stops here; the message goes into its result."""
+
+
+def run_tool(cmd: List[str], timeout: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"{os.path.basename(cmd[0])} {cmd[1]} timed out after {timeout} s")
+    if r.returncode != 0:
+        how = f"signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
+        last = (r.stderr.strip().splitlines() or ["no message"])[-1]
+        raise Failed(f"foldnorm {cmd[1]} failed ({how}): {last}")
+    return r
+
+
+def _max_rel(ref, got) -> float:
+    import oracle
+    return max(oracle.relative_diff(ref, got))
+
+
+def check_mask_live(sample, traced, failures: List[str], notes: List[str]) -> None:
+    """Text specs give an all-ones mask; a trace that specialised on it would ignore padding."""
+    import torch
+    from corpus_lib import as_tuple
+    if "attention_mask" not in sample.input_names:
+        return
+    i = sample.input_names.index("attention_mask")
+    inputs = list(sample.inputs)
+    padded = inputs[i].clone()
+    padded[-1, -3:] = 0
+    inputs[i] = padded
+    with torch.no_grad():
+        base = as_tuple(sample.model(*sample.inputs))
+        eager = as_tuple(sample.model(*inputs))
+        got = as_tuple(traced(*inputs))
+    if _max_rel(base, eager) <= 1e-6:
+        failures.append("padding the attention mask does not change the eager outputs")
+    elif _max_rel(eager, got) > TRACE_REL:
+        failures.append(f"the trace ignores attention_mask: padded, it differs from eager by "
+                        f"{_max_rel(eager, got):.3g} relative")
+    else:
+        notes.append("attention_mask is live: a right-padded mask matches eager through the trace")
+
+
+def load_folded(path: str, ops: str, sample, input_sets) -> dict:
+    import torch
+    from corpus_lib import as_tuple
+    torch.ops.load_library(ops)
+    folded = torch.jit.load(path).eval()
+    out = {"float32_relative": 0.0}
+    with torch.no_grad():
+        for inputs in input_sets:
+            rel = _max_rel(as_tuple(sample.model(*inputs)), as_tuple(folded(*inputs)))
+            out["float32_relative"] = max(out["float32_relative"], rel)
+        try:  # a trace bakes float32 constants; where it does not, the file runs in float64 too
+            import oracle
+            ref = copy_double(sample.model)
+            x = oracle.to_float64(input_sets[0])
+            out["float64_relative"] = _max_rel(as_tuple(ref(*x)), as_tuple(folded.double()(*x)))
+        except Exception as e:  # noqa: BLE001 (any failure just means: no float64 run of the file)
+            out["float64_run"] = f"not possible: {str(e).strip().splitlines()[0][:160]}"
+    return out
+
+
+def copy_double(model):
+    import copy
+    return copy.deepcopy(model).double().eval()
+
+
+def run_architecture(arch, env: str, args, versions: Dict[str, str], keys: Dict[str, str]) -> dict:
+    import torch
+    import corpus_lib
+    import oracle
+    from fixture_lib import make_inputs, save_traced
+    result = {"format": "foldnorm-corpus-result", "version": 1, "name": arch.name, "env": env,
+              "library": arch.library, "family": arch.family, "description": arch.description,
+              "versions": versions, "failures": [], "notes": [], "seconds": {}}
+    work = os.path.join(CACHE, env, arch.name)
+    os.makedirs(work, exist_ok=True)
+    trace_path = os.path.join(work, f"trace-{keys['trace'][:16]}.pt")
+    fold_path = os.path.join(work, f"folded-{keys['result'][:16]}.pt")
+    secs = result["seconds"]
+
+    t = time.time()
+    torch.manual_seed(0)
+    try:
+        sample = corpus_lib.prepare(arch.build())
+    except Exception as e:  # noqa: BLE001 (a library's API missing in this version, say)
+        msg = f"builder failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        if env in arch.absent:
+            result["absent"] = msg
+            return result
+        result["failures"].append(msg)
+        result["traceback"] = traceback.format_exc()[-2000:]
+        return result
+    secs["build"] = time.time() - t
+    result["notes"] += sample.notes
+    input_sets = [tuple(sample.inputs), make_inputs(sample.specs, seed=1)]
+    with torch.no_grad():
+        eager = [corpus_lib.as_tuple(sample.model(*x)) for x in input_sets]
+    if not all(bool(torch.isfinite(o).all()) for outs in eager for o in outs if o.is_floating_point()):
+        result["failures"].append("the eager model produced non-finite outputs")
+        return result
+
+    t = time.time()
+    traced = None
+    if os.path.exists(trace_path):
+        traced = torch.jit.load(trace_path)
+        result["trace_cached"] = True
+    if traced is None or any(_max_rel(e, corpus_lib.as_tuple(traced(*x))) > TRACE_REL
+                             for e, x in zip(eager, input_sets)):
+        with torch.no_grad():
+            traced = torch.jit.trace(sample.model, tuple(sample.inputs), check_trace=False, strict=False)
+        save_traced(trace_path, traced, sample.specs)
+        result["trace_cached"] = False
+    with torch.no_grad():
+        trace_rel = max(_max_rel(e, corpus_lib.as_tuple(traced(*x))) for e, x in zip(eager, input_sets))
+    secs["trace"] = time.time() - t
+    result["trace_relative_float32"] = trace_rel
+    if trace_rel > TRACE_REL:
+        result["failures"].append(f"the trace disagrees with the eager model ({trace_rel:.3g} relative)")
+    check_mask_live(sample, traced, result["failures"], result["notes"])
+    result["trace_file"] = trace_path
+    result["inputs"] = {"names": sample.input_names, "specs": sample.specs, "outputs": sample.output_names}
+
+    t = time.time()
+    analysis = json.loads(run_tool([args.foldnorm, "analyze", "--json", trace_path], TIMEOUT_ANALYZE).stdout)
+    secs["analyze"] = time.time() - t
+    result["summary"] = analysis["summary"]
+    result["layer_norms"] = [{k: l.get(k) for k in ("module", "foldable", "reason", "explanation")}
+                             for l in analysis["layer_norms"]]
+
+    t = time.time()
+    fold_report = json.loads(run_tool([args.foldnorm, "fold", trace_path, "-o", fold_path, "--json"],
+                                      TIMEOUT_FOLD).stdout)
+    secs["fold"] = time.time() - t
+    ver = fold_report.get("verification", {})
+    result["tool_fold"] = {k: ver.get(k) for k in ("float64_equivalent", "predictions_unchanged",
+                                                   "worst_relative_float64", "worst_relative_float32")}
+    if analysis["summary"]["foldable"] and ver.get("float64_equivalent") is not True:
+        result["failures"].append(f"foldnorm fold's own verification: not float64-equivalent "
+                                  f"({ver.get('worst_relative_float64')})")
+    t = time.time()
+    result["folded_file"] = load_folded(fold_path, args.ops, sample, input_sets)
+    if result["folded_file"]["float32_relative"] > FOLD_FILE_REL:
+        result["failures"].append(f"the saved fold differs from the eager model by "
+                                  f"{result['folded_file']['float32_relative']:.3g} relative (float32)")
+    os.remove(fold_path)  # verified; only the trace is worth keeping
+
+    try:
+        report = oracle.check(sample.model, input_sets, analysis)
+    except oracle.OracleError as e:  # keeps what the tool said: the result still names the verdicts
+        result["failures"].append(f"oracle: {e}")
+        return result
+    secs["oracle"] = time.time() - t
+    result["oracle"] = report.to_json()
+    weak = [i for i, d in enumerate(report.input_dependence) if d <= oracle.CHANGED_REL]
+    if weak:
+        result["failures"].append(f"outputs {weak} do not depend on the input (a second input set "
+                                  f"changes them by {min(report.input_dependence):.3g} relative)")
+    if report.fold_rel and max(report.fold_rel) > oracle.EXACT_REL:
+        result["failures"].append(f"FOLD not exact in float64: {max(report.fold_rel):.3g} relative")
+    for u in report.unconfirmed:
+        result["failures"].append(f"UNCONFIRMED KEEP {u['module']} (reason {u['reason']}: "
+                                  f"{u['explanation'][:200]}); maximal-plan input mean "
+                                  f"{u.get('maximal_plan_input_mean')}, centering its leaves changes "
+                                  f"outputs by {u.get('centering_changes_output', 'n/a')}")
+    return result
+
+
+# ---------------------------------------------------------------- expectations
+
+def expectation_of(result: dict) -> dict:
+    """LN count, foldable count, and per kept LN its reason; a module called twice (ALBERT's shared
+    layer) has one reason per call, in graph order, joined by '+'."""
+    keep: Dict[str, str] = {}
+    for l in result["layer_norms"]:
+        if not l["foldable"]:
+            keep[l["module"]] = keep[l["module"]] + "+" + l["reason"] if l["module"] in keep else l["reason"]
+    return {"layer_norms": len(result["layer_norms"]),
+            "foldable": sum(1 for l in result["layer_norms"] if l["foldable"]), "keep": keep}
+
+
+def load_expectations() -> dict:
+    if not os.path.exists(EXPECTATIONS):
+        return {}
+    with open(EXPECTATIONS) as f:
+        return json.load(f)
+
+
+def check_one(name: str, env: str, results_dir: str) -> int:
+    """One ctest entry: the result exists, nothing failed, the verdicts equal the expectation."""
+    path = os.path.join(results_dir, env, name + ".json")
+    if not os.path.exists(path):
+        print(f"corpus: no result {path} (did the corpus setup step run?)")
+        return 1
+    with open(path) as f:
+        result = json.load(f)
+    if "absent" in result:
+        print(f"{name} [{env}]: declared absent in this environment ({result['absent']})")
+        return 0
+    if result["failures"]:
+        for msg in result["failures"]:
+            print(f"{name} [{env}]: {msg}")
+        return 1
+    got = expectation_of(result)
+    want = load_expectations().get(env, {}).get(name)
+    hint = (f"if the new verdicts are intended (and the oracle confirmed them, as it did), run:\n"
+            f"  {os.path.abspath(__file__)} --update-expectations --results {results_dir} --env {env} --only {name}")
+    if want is None:
+        print(f"{name} [{env}]: no expectation in {EXPECTATIONS}; {hint}")
+        return 1
+    if got != want:
+        print(f"{name} [{env}]: verdicts changed: expected {want['foldable']}/{want['layer_norms']} "
+              f"foldable, got {got['foldable']}/{got['layer_norms']}")
+        for m in sorted(set(want["keep"]) | set(got["keep"])):
+            if want["keep"].get(m) != got["keep"].get(m):
+                print(f"  {m}: expected {want['keep'].get(m, 'FOLD')}, got {got['keep'].get(m, 'FOLD')}")
+        print(hint)
+        return 1
+    o = result["oracle"]
+    print(f"{name} [{env}]: {got['foldable']}/{got['layer_norms']} foldable as expected; FOLD exact to "
+          f"{max(o['fold_relative_float64'] or [0]):.2g}, {len(o['keeps'])} KEEPs confirmed")
+    return 0
+
+
+def update_expectations(results_dir: str, envs: List[str], only: Optional[List[str]]) -> int:
+    data = load_expectations()
+    changed = 0
+    for env in envs:
+        folder = os.path.join(results_dir, env)
+        for fname in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            name = fname[:-5]
+            if not fname.endswith(".json") or (only and name not in only):
+                continue
+            with open(os.path.join(folder, fname)) as f:
+                result = json.load(f)
+            if "absent" in result or result["failures"]:
+                say(f"{env}/{name}: not written (it has failures: only confirmed verdicts go in)")
+                continue
+            data.setdefault(env, {})[name] = expectation_of(result)
+            changed += 1
+    tmp = EXPECTATIONS + ".partial"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, EXPECTATIONS)
+    say(f"wrote {changed} expectations to {EXPECTATIONS}")
+    return 0
+
+
+# ---------------------------------------------------------------- main
+
+def write_atomic_json(path: str, obj: dict) -> None:
+    tmp = path + ".partial"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def run_env(env: str, args) -> int:
+    import importlib
+    import torch
+    import corpus_lib
+    import oracle
+    torch.set_num_threads(1)
+    for mod in BUILDER_MODULES:
+        if os.path.exists(os.path.join(HERE, mod + ".py")):
+            importlib.import_module(mod)
+    registry = corpus_lib.REGISTRY
+    if args.expect_names:
+        with open(args.expect_names) as f:
+            listed = {line.split()[0] for line in f if line.strip()}
+        if listed != set(registry):
+            raise SystemExit(f"corpus: the ctest entries ({len(listed)}) and the registry ({len(registry)}) "
+                             f"differ: {sorted(listed ^ set(registry))}; re-run cmake")
+    names = [n for n, a in registry.items() if env == "main" or a.old]
+    if args.only:
+        unknown = sorted(set(args.only) - set(registry))
+        if unknown:
+            raise SystemExit(f"corpus: unknown architectures {unknown}")
+        names = [n for n in names if n in args.only]
+    versions = library_versions()
+    if env == "old" and any(versions.get(k) != v for k, v in OLD_PINS.items()):
+        raise SystemExit(f"corpus: the old environment has {versions}, expected {OLD_PINS}")
+    shash = scripts_hash(builder_files())
+    vkey = json.dumps(versions, sort_keys=True)
+    tool = sha256_file(args.foldnorm) + sha256_file(args.ops) + scripts_hash(CHECKER_FILES)
+    out_dir = os.path.join(args.results, env)
+    os.makedirs(out_dir, exist_ok=True)
+    say(f"{env}: {len(names)} architectures; versions {versions}")
+    start, failed = time.time(), 0
+    for i, name in enumerate(names, 1):
+        tkey = hashlib.sha256(f"{shash}|{name}|{vkey}".encode()).hexdigest()
+        keys = {"trace": tkey, "result": hashlib.sha256(f"{tkey}|{tool}".encode()).hexdigest()}
+        cached = os.path.join(CACHE, env, name, f"result-{keys['result'][:16]}.json")
+        t = time.time()
+        if os.path.exists(cached) and not args.force:
+            with open(cached) as f:
+                result = json.load(f)
+            how = "cached"
+        else:
+            try:
+                result = run_architecture(registry[name], env, args, versions, keys)
+            except (Failed, oracle.OracleError) as e:
+                result = {"name": name, "env": env, "library": registry[name].library,
+                          "family": registry[name].family, "versions": versions,
+                          "failures": [("oracle: " if isinstance(e, oracle.OracleError) else "") + str(e)]}
+            except Exception as e:  # noqa: BLE001 (the oracle or the driver on a new model: report, go on)
+                result = {"name": name, "env": env, "library": registry[name].library,
+                          "family": registry[name].family, "versions": versions,
+                          "failures": [f"driver error: {type(e).__name__}: {e}"],
+                          "traceback": traceback.format_exc()[-3000:]}
+            result["seconds_total"] = time.time() - t
+            os.makedirs(os.path.dirname(cached), exist_ok=True)
+            write_atomic_json(cached, result)
+            how = f"{time.time() - t:.1f} s"
+        write_atomic_json(os.path.join(out_dir, name + ".json"), result)
+        if result.get("failures"):
+            failed += 1
+            verdict = "FAILED: " + result["failures"][0][:160]
+        elif "absent" in result:
+            verdict = "absent in this environment"
+        else:
+            s = result["summary"]
+            verdict = f"{s['foldable']}/{s['layer_norms']} foldable, oracle confirmed"
+        say(f"[{i}/{len(names)}] {env}/{name}: {verdict} ({how})")
+    say(f"{env}: {len(names)} architectures in {time.time() - start:.0f} s, {failed} with failures "
+        f"(each named by its own ctest entry)")
+    return 0
+
+
+def main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", choices=["main", "old"], default="main")
+    p.add_argument("--only", nargs="+")
+    p.add_argument("--foldnorm", help="the foldnorm binary")
+    p.add_argument("--ops", help="libfoldnorm_ops.so (to load folded files)")
+    p.add_argument("--results", required=True, help="folder of <env>/<name>.json")
+    p.add_argument("--force", action="store_true", help="ignore cached results (traces are still reused)")
+    p.add_argument("--check", metavar="NAME", help="check one result against its expectation (ctest)")
+    p.add_argument("--update-expectations", action="store_true")
+    p.add_argument("--expect-names", help="file of the names ctest has entries for (from CMake)")
+    args = p.parse_args(argv)
+    if args.check:
+        return check_one(args.check, args.env, args.results)
+    if args.update_expectations:
+        return update_expectations(args.results, [args.env], args.only)
+    for what, path in (("--foldnorm", args.foldnorm), ("--ops", args.ops)):
+        if not path or not os.path.isfile(path):
+            raise SystemExit(f"corpus: {what} must name an existing file (got {path})")
+    args.foldnorm, args.ops = os.path.abspath(args.foldnorm), os.path.abspath(args.ops)
+    if args.env == "old" and os.environ.get("FOLDNORM_CORPUS_CHILD") != "old":
+        return reexec_in_old_env(argv)
+    return run_env(args.env, args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    sys.exit(main(sys.argv[1:]))
