@@ -10,6 +10,11 @@ driver does that).
     python tests/corpus/vision_check.py [--filter REGEX] [--old] [--foldnorm BIN] [--out DIR] [--json FILE]
 
 Exit status 1 when any architecture fails a check or foldnorm fails on its trace.
+
+The old=True builders were run (--old) under torch 2.0.1 + torchvision 0.15.2 + timm 0.9.16 (+ numpy<2),
+the oldest pair with CPython 3.11 wheels on PyPI (torchvision 0.14 has none); `pip install` of those
+pins into a fresh venv pulls the CUDA 11 wheels, about 4.4 GB. Every timm builder also builds under
+timm 0.9.16 with torch 2.11.
 """
 import argparse
 import collections
