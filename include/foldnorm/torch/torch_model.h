@@ -40,13 +40,9 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs);
 
-/// Imports an already-loaded module (shared by the .pt and IR paths).
-ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std::string> archive,
-                           std::string path, std::vector<InputSpec> specs, bool specFromModel,
-                           const ImportOptions& options);
-
 /// Inlined copy of a module's forward graph.
 std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module);
+
 
 std::string dtypeName(at::ScalarType type);
 
