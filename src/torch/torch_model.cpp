@@ -100,6 +100,12 @@ std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& modu
   return graph;
 }
 
+std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module) {
+  auto graph = jit::toGraphFunction(module.get_method("forward").function()).graph();
+  jit::Inline(*graph);
+  return graph;
+}
+
 torch::jit::Module freshCopy(const TorchModel& model) {
   if (model.makeCopy) return model.makeCopy();
   std::istringstream in(*model.archive);

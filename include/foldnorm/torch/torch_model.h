@@ -43,6 +43,9 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
 /// Inlined copy of a module's forward graph.
 std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module);
 
+/// The module's own forward graph, inlined in place (what runs and what gets saved). A fresh
+/// copy inlined so has the node order the importer walked (same code, same inlining).
+std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module);
 
 std::string dtypeName(at::ScalarType type);
 
