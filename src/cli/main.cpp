@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 
 namespace foldnorm::cli {
 
@@ -53,6 +54,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const foldnorm::SettingError& e) {
+    // The core names the setting; the command line spells it as its flag.
+    std::cerr << "foldnorm: error: --" << e.setting() << ": " << e.what() << "\n";
+    return 2;
   } catch (const foldnorm::Error& e) {
     std::cerr << "foldnorm: error: " << e.what() << "\n";
     return 2;
