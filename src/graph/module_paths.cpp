@@ -8,19 +8,6 @@
 namespace foldnorm {
 namespace {
 
-std::vector<std::string> splitPath(const std::string& p) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    auto dot = p.find('.', start);
-    parts.push_back(p.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) return parts;
-    start = dot + 1;
-  }
-}
-
-std::string joined(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
-
 /// Per node: the module of the parameters it reads (constants excluded), "" when none.
 std::vector<std::string> parameterModules(const Graph& g) {
   std::vector<std::string> out(g.nodeCount());
@@ -34,44 +21,52 @@ std::vector<std::string> parameterModules(const Graph& g) {
   return out;
 }
 
-/// Call stacks name module instances but skip containers without a forward (ModuleList,
-/// Sequential used by index): "transformer.0.ln_1" for transformer.h.0.ln_1. A node that reads
-/// parameters knows the true path; learn the renaming from those, parents included, and apply
-/// it to every node with a call stack.
-void renameCallStackPaths(Graph& g, const std::vector<bool>& fromStack,
-                          const std::vector<std::string>& paramModule) {
-  std::map<std::string, std::string> canonical;
+/// Whether `prefix` is `path` or a whole-name prefix of it ("a.b" of "a.b.c", not of "a.bc").
+bool isModulePrefix(const std::string& prefix, const std::string& path) {
+  if (prefix.empty()) return true;
+  return path.compare(0, prefix.size(), prefix) == 0 && (path.size() == prefix.size() || path[prefix.size()] == '.');
+}
+
+/// The attribute path of the module each call ran on, per call site. A call's GetAttr nodes read
+/// from its module (the callee's `self`), which the caller made: the first GetAttr of a call
+/// whose input comes from outside the call names that module. A call that reads no attribute
+/// (a parameter-free activation or dropout module) takes the nearest learned call before it
+/// whose call-stack names are a prefix of its own (its parent: the parent's GetAttr of the child
+/// module comes just before the child's body), plus the rest of its names. A call from an
+/// inlined function (no module of its own) has its caller's names and so takes its path.
+std::map<std::size_t, std::string> callPaths(const Graph& g, const ModuleEvidence& ev) {
+  std::map<std::size_t, std::string> paths;
   for (const auto& n : g.nodes()) {
-    if (!fromStack[n.id] || paramModule[n.id].empty()) continue;
-    // The call-stack names are a subsequence of the parameter path's: match them from the left,
-    // each call-stack prefix maps to the parameter-path prefix ending at its match.
-    auto cs = splitPath(n.modulePath), ps = splitPath(paramModule[n.id]);
-    std::size_t j = 0;
-    std::string cp, pm;
-    for (const auto& name : cs) {
-      while (j < ps.size() && ps[j] != name) pm = joined(pm, ps[j++]);
-      if (j == ps.size()) break;
-      pm = joined(pm, ps[j++]);
-      cp = joined(cp, name);
-      canonical.emplace(cp, pm);
-    }
+    const auto site = ev.callSite[n.id];
+    if (n.kind != "prim::GetAttr" || site == kNone || n.inputs.empty() || paths.count(site)) continue;
+    const NodeId from = g.value(n.inputs[0]).producer;
+    if (from == kNone) continue;
+    if (ev.callSite[from] == site && g.node(from).kind == "prim::GetAttr") continue;  // a chain inside the call
+    if (from == g.graphInputNode()) paths[site] = "";  // the call ran on the root module itself
+    else if (g.node(from).kind == "prim::GetAttr" && !ev.attributePath[from].empty())
+      paths[site] = ev.attributePath[from];
   }
-  for (NodeId id = 0; id < g.nodeCount(); ++id) {
-    auto& n = g.node(id);
-    if (!fromStack[n.id]) continue;
-    std::string prefix = n.modulePath, rest;
-    while (!prefix.empty()) {
-      auto it = canonical.find(prefix);
-      if (it != canonical.end()) {
-        n.modulePath = it->second + rest;
-        break;
-      }
-      auto dot = prefix.rfind('.');
-      if (dot == std::string::npos) break;
-      rest = prefix.substr(dot) + rest;
-      prefix = prefix.substr(0, dot);
+  std::map<std::size_t, std::string> names;  // call-stack names per call site
+  for (const auto& n : g.nodes())
+    if (ev.callSite[n.id] != kNone) names.emplace(ev.callSite[n.id], ev.callStackPath[n.id]);
+  for (const auto& n : g.nodes()) {
+    const auto site = ev.callSite[n.id];
+    if (site == kNone || paths.count(site)) continue;
+    const auto& own = names[site];
+    std::string path = own;  // no learned parent: the call-stack names as they are
+    for (NodeId back = n.id; !own.empty() && back-- > 0;) {
+      const auto other = ev.callSite[back];
+      if (other == kNone || other == site || !paths.count(other)) continue;
+      const auto& parent = names[other];
+      if (!isModulePrefix(parent, own)) continue;  // equal names too: a function inlined into a call
+      path = paths[other];
+      const auto rest = own.size() == parent.size() ? std::string() : own.substr(parent.empty() ? 0 : parent.size() + 1);
+      path = path.empty() ? rest : rest.empty() ? path : path + "." + rest;
+      break;
     }
+    paths[site] = path;
   }
+  return paths;
 }
 
 bool isDataNode(const Node& n) {
@@ -179,27 +174,32 @@ std::string parentModule(const std::string& path) {
 }
 
 void inferModulePaths(Graph& g, const ModuleEvidence& evidence) {
-  if (evidence.callStackPath.size() != g.nodeCount() || evidence.attributePath.size() != g.nodeCount())
+  const auto n = g.nodeCount();
+  if (evidence.callStackPath.size() != n || evidence.callSite.size() != n || evidence.attributePath.size() != n)
     throw std::invalid_argument("inferModulePaths: evidence for " + std::to_string(evidence.callStackPath.size()) +
-                                " nodes, graph has " + std::to_string(g.nodeCount()));
-  std::vector<bool> fromStack(g.nodeCount());
-  bool haveStacks = false;
-  for (NodeId id = 0; id < g.nodeCount(); ++id) {
-    auto& n = g.node(id);
-    n.modulePath = evidence.callStackPath[n.id];
-    fromStack[n.id] = !n.modulePath.empty() && n.kind != "prim::GetAttr";
-    haveStacks = haveStacks || fromStack[n.id];
-    // A GetAttr without a call stack reads from the root: a parameter read belongs to the
-    // parameter's module, a submodule read to the submodule.
-    const auto& attribute = evidence.attributePath[n.id];
-    if (n.modulePath.empty() && !attribute.empty()) {
-      bool readsParameter = n.outputs.size() == 1 && g.value(n.outputs[0]).param != kNone;
-      n.modulePath = readsParameter ? parentModule(attribute) : attribute;
-    }
-  }
+                                "/" + std::to_string(evidence.callSite.size()) + "/" +
+                                std::to_string(evidence.attributePath.size()) + " nodes, graph has " +
+                                std::to_string(n));
   const auto paramModule = parameterModules(g);
-  if (haveStacks) renameCallStackPaths(g, fromStack, paramModule);
-  else inferFromNeighbours(g, paramModule);
+  const auto calls = callPaths(g, evidence);
+  bool haveStacks = false;
+  for (NodeId id = 0; id < n; ++id) {
+    auto& node = g.node(id);
+    const auto& attribute = evidence.attributePath[id];
+    const auto site = evidence.callSite[id];
+    if (node.kind == "prim::GetAttr" && !attribute.empty()) {
+      bool readsParameter = node.outputs.size() == 1 && g.value(node.outputs[0]).param != kNone;
+      node.modulePath = readsParameter ? parentModule(attribute) : attribute;
+    } else if (!paramModule[id].empty()) {
+      node.modulePath = paramModule[id];
+    } else if (site != kNone) {
+      node.modulePath = calls.at(site);
+    } else {
+      node.modulePath.clear();
+    }
+    haveStacks = haveStacks || (!evidence.callStackPath[id].empty() && node.kind != "prim::GetAttr");
+  }
+  if (!haveStacks) inferFromNeighbours(g, paramModule);
 }
 
 }  // namespace foldnorm

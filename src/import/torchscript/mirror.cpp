@@ -144,6 +144,15 @@ std::map<std::string, ParamId> mirrorParameters(const jit::Module& module, Graph
 ModuleEvidence mirrorNodes(const std::map<std::string, ParamId>& paramByPath, Graph& g, TorchModel& tm) {
   auto& jg = *tm.graph;
   ModuleEvidence evidence;
+  // One call (a run of one module instance's forward) per outermost call-stack entry: inlining
+  // makes one such entry per call and per callee entry, so the nodes of one call share it and no
+  // two calls do (their instance names may be alike: "0" for block[0][0] and block[1][0]).
+  std::unordered_map<const void*, std::size_t> callSites;
+  auto callSiteOf = [&](const jit::Node* node) -> std::size_t {
+    auto cs = node->callstack();
+    if (!cs) return kNone;
+    return callSites.emplace(cs->get(), callSites.size()).first->second;
+  };
   std::unordered_map<const jit::Value*, ValueId> valueIds;
   std::unordered_map<const jit::Value*, std::string> attrPath;  // GetAttr chains from self
   auto addNode = [&](const std::string& kind, const jit::Node* node, std::string callStack,
@@ -152,6 +161,7 @@ ModuleEvidence mirrorNodes(const std::map<std::string, ParamId>& paramByPath, Gr
     g.node(id).origin = tm.nodes.size();
     tm.nodes.push_back(const_cast<jit::Node*>(node));
     evidence.callStackPath.push_back(std::move(callStack));
+    evidence.callSite.push_back(callSiteOf(node));
     evidence.attributePath.emplace_back();
     return id;
   };
