@@ -109,7 +109,7 @@ std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& modu
 torch::jit::Module freshCopy(const TorchModel& model) {
   if (model.makeCopy) return model.makeCopy();
   std::istringstream in(*model.archive);
-  return jit::load(in, c10::Device(c10::kCPU));
+  return jit::load(in, c10::Device(c10::kCPU), model.debugRecords);
 }
 
 }  // namespace foldnorm

@@ -24,6 +24,9 @@ struct TorchModel {
   /// The archive `module` was loaded from. Fresh copies are loaded from these bytes: the same
   /// code compiles to the same graph, node for node, so analysed node ids map onto the copy.
   std::shared_ptr<const std::string> archive;
+  /// Whether copies load the archive's debug records (source ranges): false when they are
+  /// damaged (LibTorch would crash reading them).
+  bool debugRecords = true;
   /// Models without an archive (built from IR) make their fresh copies with this instead.
   std::function<torch::jit::Module()> makeCopy;
 };

@@ -76,11 +76,17 @@ std::shared_ptr<std::string> readArchive(const std::string& path, const Progress
 
 ImportedModel importTorchScript(const std::string& path, const ImportOptions& options) {
   auto archive = readArchive(path, options.progress);
+  // Source ranges are read from the debug records the first time a node's is looked up, and
+  // LibTorch trusts them: damaged ones are left out (the model itself does not need them).
+  const auto damaged = torchscript::damagedDebugRecord(*archive);
+  if (!damaged.empty() && options.progress)
+    options.progress("the archive's debug records are damaged (" + damaged +
+                     "): loading without them, so source locations name the archive's code, not the model's source");
   jit::ExtraFilesMap extra{{kInputSpecExtraFile, ""}};
   jit::Module module;
   try {
     std::istringstream in(*archive);
-    module = jit::load(in, c10::Device(c10::kCPU), extra);
+    module = jit::load(in, c10::Device(c10::kCPU), extra, /*load_debug_files=*/damaged.empty());
   } catch (const c10::Error& e) {
     throwLoadError(path, *archive, e);
   }
@@ -91,8 +97,10 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
     fromModel = true;
   }
   if (options.progress) options.progress("importing the forward graph");
-  return torchscript::importModule(std::move(module), std::move(archive), path, std::move(specs), fromModel,
-                                   options);
+  auto result = torchscript::importModule(std::move(module), std::move(archive), path, std::move(specs),
+                                         fromModel, options);
+  result.torch->debugRecords = damaged.empty();
+  return result;
 }
 
 }  // namespace foldnorm

@@ -5,6 +5,7 @@
 //   mirror.cpp           parameters and tied storage; nodes and values into our Graph
 //   shapes.cpp           example inputs checked against the model; shapes recorded by one run
 //   source_location.cpp  "file.py:123" of a node, when the trace kept it
+//   debug_records.cpp    the archive's debug records checked before LibTorch reads them
 //   ir_model.cpp         a module built from IR text (tests, docs)
 // Module paths are inferred by a graph pass (graph/module_paths.h) from what mirror.cpp
 // collects; any importer can feed it.
@@ -56,6 +57,11 @@ void checkInputSpecs(const Graph& graph, const std::vector<InputSpec>& specs);
 /// Runs a copy of the graph whose every tensor value is an extra output on the example inputs;
 /// sets Value::tensor and TorchModel::exampleOutputs.
 void recordShapes(Graph& graph, TorchModel& model, const std::vector<InputSpec>& specs);
+
+/// The first damaged debug record (*.debug_pkl) of `archive` and what is wrong with it, or ""
+/// when all are sound (or the archive is no readable zip: jit::load says so). A damaged record
+/// that LibTorch would read crashes it; the archive is then loaded without its debug records.
+std::string damagedDebugRecord(const std::string& archive);
 
 /// "model.py:42" for a node whose trace kept a source range, else "".
 std::string sourceLocation(const torch::jit::Node* node);
