@@ -60,7 +60,7 @@ graph(%x : Tensor):
   CHECK(retargetGraph(graph, {at::kDouble, c10::kCPU}) == 0);
 }
 
-TEST_CASE("a float32 target keeps a trace's float16 and bfloat16 steps; a float64 target replaces them",
+TEST_CASE("a float32 target keeps a trace's float16 and bfloat16 steps, a float64 target replaces them",
           "[surgery]") {
   const std::string ir = R"IR(
 graph(%x : Tensor):

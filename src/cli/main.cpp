@@ -27,8 +27,10 @@ void addInputOption(CLI::App& cmd, std::vector<std::string>& specs) {
 namespace {
 // c10 errors carry a C++ backtrace after the first line; users get the message only.
 std::string firstLine(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
+  std::size_t start = s.find_first_not_of("\n");  // TorchScript compiler messages start with one
+  if (start == std::string::npos) return "(LibTorch gave no message)";
+  auto nl = s.find('\n', start);
+  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
 }
 }  // namespace
 

@@ -89,6 +89,9 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
     module = jit::load(in, c10::Device(c10::kCPU), extra, /*load_debug_files=*/damaged.empty());
   } catch (const c10::Error& e) {
     throwLoadError(path, *archive, e);
+  } catch (const std::exception& e) {  // the TorchScript parser's ErrorReport: damaged code/
+    throw Error("cannot load '" + path + "' as TorchScript: its code does not parse (a damaged archive?): " +
+                torchscript::firstLine(e.what()));
   }
   std::vector<InputSpec> specs = options.inputs;
   bool fromModel = false;

@@ -35,7 +35,15 @@ ImportedModel importModule(jit::Module module, std::shared_ptr<const std::string
   auto tm = std::make_shared<TorchModel>();
   tm->module = module;
   tm->archive = std::move(archive);
-  tm->graph = inlinedForward(module);
+  // jit::load compiles the code lazily: a damaged code/ entry fails here, not at load.
+  try {
+    tm->graph = inlinedForward(module);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error("the TorchScript code in '" + path + "' does not compile (a damaged archive?): " +
+                firstLine(e.what()));
+  }
   rejectControlFlow(*tm->graph);
 
   ImportedModel result;

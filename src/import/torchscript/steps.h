@@ -24,10 +24,13 @@
 
 namespace foldnorm::torchscript {
 
-/// The first line of a LibTorch message (the rest is a C++ backtrace or the interpreter's frames).
+/// The first non-empty line of a LibTorch message (the rest is a C++ backtrace or the
+/// interpreter's frames; the TorchScript compiler's messages start with a newline).
 inline std::string firstLine(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
+  std::size_t start = s.find_first_not_of("\n");
+  if (start == std::string::npos) return {};
+  auto nl = s.find('\n', start);
+  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
 }
 
 /// Imports an already-loaded module (shared by the .pt and IR paths).
