@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   if (out.empty()) out = "docs/e2e-" + o.device + ".md";
   if (data.empty()) data = "docs/data/e2e_" + o.device + ".dat";
   try {
+    bench::keepLargeBuffersOnHeap();  // as `foldnorm bench` does
     auto scratch = fs::temp_directory_path() / ("e2e-" + std::to_string(::getpid()));
     fs::create_directories(scratch);
     std::ostringstream md, dat;

@@ -175,9 +175,10 @@ void probeCuda(App& app) {
 
 bool benchRunning(const App& app) { return app.ui.bench.inFlight > 0; }
 
-// `foldnorm bench` from the GUI: runModelBench imports the model's file afresh, folds it with
-// verification and times both models per sequence length; its progress lines go to the status
-// bar. The completion is dropped (all but the in-flight count) if another model was opened.
+// `foldnorm bench` from the GUI, on the model it holds (no re-import): the fold is made and
+// verified for the bench, then both models are timed per sequence length; the progress lines go
+// to the status bar. Process-wide settings (allocator, threads) stay the GUI's. The completion is
+// dropped (all but the in-flight count) if another model was opened.
 void startBench(App& app) {
   UiState& ui = app.ui;
   if (!ui.model) return;
@@ -198,8 +199,7 @@ void startBench(App& app) {
   static const char* kDtypes[] = {"float32", "bfloat16", "float16"};
   options.dtype = kDtypes[std::clamp(b.dtype, 0, 2)];
   options.reps = b.reps;
-  options.inputSpecs = ui.model->inputSpecs;  // the specs the model was opened with, if any
-  const std::string path = ui.model->imported.path;
+  const auto model = ui.model;
   const uint64_t generation = ui.generation;
   b.error.clear();
   ++b.inFlight;
@@ -214,8 +214,9 @@ void startBench(App& app) {
       });
       std::ostream out(&lines);
       try {
+        const auto folded = bench::foldForBench(model->imported, model->analysis, options, out);
         report = std::make_shared<const bench::ModelBenchReport>(
-            bench::runModelBench(path, options, out));
+            bench::runModelBench(model->imported, folded, options, out));
       } catch (const std::exception& e) {
         error = e.what();
         if (auto nl = error.find('\n'); nl != std::string::npos) error.resize(nl);

@@ -83,7 +83,7 @@ struct BenchState {
   }
   // result (reset when another model is opened)
   std::shared_ptr<const bench::ModelBenchReport> report;
-  double seconds = 0;            // wall time of the whole run (import, fold, verify, timing)
+  double seconds = 0;            // wall time of the whole run (fold, verify, timing)
   std::string error;             // the last run's failure, one line
   int inFlight = 0;              // runs submitted and not yet completed (any model)
 };

@@ -47,6 +47,9 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "foldnorm zoo llama --preset tiny failed (${rc})")
 endif()
 expect("bench where nothing folds" 2 "nothing to compare" bench ${OUT}/llama.pt --reps 2 --warmup 2)
+# The core names the setting; the CLI spells it as its flag.
+expect("bench with one timed round" 2 "error: --reps: at least 2 timed rounds" bench ${OUT}/gpt2.pt --reps 1)
+expect("bench with one warm-up" 2 "error: --warmup: at least 2 warm-up" bench ${OUT}/gpt2.pt --warmup 1)
 
 file(SHA256 ${OUT}/gpt2.pt after)
 if(NOT before STREQUAL after)

@@ -1,6 +1,7 @@
 // The end-to-end bench harness (`foldnorm bench`): what it reports, not how fast anything is.
 #include <catch2/catch.hpp>
 
+#include <ATen/Parallel.h>
 #include <dirent.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 #include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
 
@@ -128,33 +130,76 @@ TEST_CASE("an image model has no sequence length: its spec shape is timed, in im
   const auto r = runModelBench(path, o, progress);
   CHECK_FALSE(r.seqApplies);
   CHECK(r.itemUnit == "images");
-  CHECK_THAT(progress.str(), Catch::Contains("--seq ignored"));
+  CHECK_THAT(progress.str(), Catch::Contains("sequence lengths ignored"));
   REQUIRE(r.cases.size() == 1);
   CHECK(r.cases[0].seq == 0);
   CHECK(r.cases[0].items == 3);
   checkTimed(r.cases[0]);
 }
 
-TEST_CASE("the model bench rejects options it cannot time honestly", "[bench]") {
+/// The option check throws SettingError naming `setting`, in the core's words: no flag spelling
+/// (the CLI adds "--reps", the GUI names its field).
+void checkRefused(const BenchModelOptions& o, const std::string& setting, const std::string& words) {
   std::ostringstream progress;
-  using Catch::Contains;
+  try {
+    runModelBench("unused.pt", o, progress);
+    FAIL("options accepted");
+  } catch (const foldnorm::SettingError& e) {
+    CHECK(e.setting() == setting);
+    CHECK_THAT(e.what(), Catch::Contains(words));
+    CHECK_THAT(e.what(), !Catch::Contains("--"));
+  }
+}
+
+TEST_CASE("the model bench rejects options it cannot time honestly, naming the setting", "[bench]") {
   auto o = quickOptions();
   SECTION("one round has no spread") {
     o.reps = 1;
-    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--reps"));
+    checkRefused(o, "reps", "at least 2 timed rounds");
   }
   SECTION("one warm-up run would time the executor's optimisation") {
     o.warmup = 1;
-    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--warmup"));
+    checkRefused(o, "warmup", "at least 2 warm-up forwards");
   }
   SECTION("an unknown dtype is named") {
     o.dtype = "float8";
-    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("float8"));
+    checkRefused(o, "dtype", "float8");
   }
   SECTION("a non-positive sequence length is named") {
     o.seqs = {0};
-    CHECK_THROWS_WITH(runModelBench("unused.pt", o, progress), Contains("--seq"));
+    checkRefused(o, "seq", "got 0");
   }
+  SECTION("an unknown device is named") {
+    o.device = "tpu";
+    checkRefused(o, "device", "'tpu'");
+  }
+}
+
+TEST_CASE("the model bench times the model it is given: no re-import, process settings restored",
+          "[bench]") {
+  ScratchDir dir;
+  const auto path = buildTinyGpt2(dir);
+  const auto model = foldnorm::importTorchScript(path);
+  const auto analysis = foldnorm::analyzeFoldability(model.graph);
+  ::unlink(path.c_str());  // a bench that re-imported would fail now
+  std::ostringstream progress;
+  auto o = quickOptions();
+  o.seqs = {8};
+  const auto folded = foldnorm::bench::foldForBench(model, analysis, o, progress);
+  const int threadsBefore = at::get_num_threads();
+  o.threads = threadsBefore == 1 ? 2 : 1;
+  const auto r = runModelBench(model, folded, o, progress);
+  CHECK(r.threads == o.threads);                     // ran with the requested count
+  CHECK(at::get_num_threads() == threadsBefore);     // and gave the process its own back
+  CHECK(r.foldedLayerNorms == 5);
+  REQUIRE(r.cases.size() == 1);
+  checkTimed(r.cases[0]);
+
+  // A fold that was not verified is not timed.
+  foldnorm::FoldOptions unverified;
+  unverified.verify = false;
+  const auto raw = foldnorm::foldModel(model, analysis, unverified);
+  CHECK_THROWS_WITH(runModelBench(model, raw, quickOptions(), progress), Catch::Contains("not verified"));
 }
 
 TEST_CASE("the model bench refuses a model where nothing folds: it would compare a model with itself",

@@ -7,11 +7,9 @@
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
-#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/csrc/jit/serialization/import.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/version.h>
@@ -30,9 +28,10 @@
 
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/common/error.h"
-#include "foldnorm/fold/fold.h"
+#include "foldnorm/common/setting_error.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/ops/rms_norm.h"
+#include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::bench {
@@ -44,25 +43,49 @@ at::ScalarType parseDtype(const std::string& name) {
   if (name == "float32") return at::kFloat;
   if (name == "bfloat16") return at::kBFloat16;
   if (name == "float16") return at::kHalf;
-  throw Error("bench: unknown --dtype '" + name + "' (use float32, bfloat16 or float16)");
+  throw SettingError("dtype", "unknown timing dtype '" + name + "' (float32, bfloat16 or float16)");
 }
 
 void checkOptions(const BenchModelOptions& o) {
   if (o.device != "cpu" && o.device != "cuda")
-    throw Error("bench: unknown --device '" + o.device + "' (use cpu or cuda)");
+    throw SettingError("device", "unknown device '" + o.device + "' (cpu or cuda)");
   if (o.device == "cuda" && !torch::cuda::is_available())
-    throw Error("bench: --device cuda needs a CUDA device, but torch::cuda::is_available() is false "
-                "here; use --device cpu");
+    throw SettingError("device", "timing on cuda needs a CUDA device, but LibTorch sees none here "
+                                 "(torch::cuda::is_available() is false); time on cpu");
   parseDtype(o.dtype);
   for (auto s : o.seqs)
-    if (s <= 0) throw Error("bench: --seq values must be positive, got " + std::to_string(s));
-  if (o.batch < 0) throw Error("bench: --batch must be positive (or 0 for the spec's batch)");
+    if (s <= 0) throw SettingError("seq", "sequence lengths must be positive, got " + std::to_string(s));
+  if (o.batch < 0) throw SettingError("batch", "the batch size must be positive (or 0 for the spec's batch)");
   // The profiling executor profiles on run 1 and optimises on run 2; fewer would time those.
-  if (o.warmup < 2) throw Error("bench: --warmup must be at least 2 (the TorchScript executor "
-                                "profiles on the first run and optimises on the second)");
-  if (o.reps < 2) throw Error("bench: --reps must be at least 2 for a median and a spread");
-  if (o.threads < 0) throw Error("bench: --threads must not be negative (0: LibTorch's default)");
+  if (o.warmup < 2)
+    throw SettingError("warmup", "at least 2 warm-up forwards are needed (the TorchScript executor profiles "
+                                 "on the first run and optimises on the second)");
+  if (o.reps < 2) throw SettingError("reps", "at least 2 timed rounds are needed for a median and a spread");
+  if (o.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
 }
+
+/// The intra-op thread count for one bench, restored afterwards: the host's own setting (the
+/// GUI's) is not changed behind its back.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int threads) : previous_(at::get_num_threads()) {
+    if (threads > 0 && threads != previous_) {
+      at::set_num_threads(threads);
+      changed_ = true;
+    }
+  }
+  ~ScopedThreads() {
+    if (changed_) at::set_num_threads(previous_);
+  }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int previous_;
+  bool changed_ = false;
+};
+
+bool largeBuffersOnHeap = false;  // set by keepLargeBuffersOnHeap(), reported
 
 /// The line of a TorchScript interpreter error that names the cause: the interpreter's first line
 /// ("The following operation failed ...") says nothing; the cause ("RuntimeError: index out of
@@ -81,83 +104,13 @@ Spread spreadOf(const std::vector<double>& v) {
 
 // ---- fresh, comparable copies of both models ----
 
-std::string serialize(const jit::Module& m) {
-  std::ostringstream os;
-  m.save(os);
-  return os.str();
-}
-
-/// Floating tensors of every module (recursively) to `dtype` on `device`, others to `device`.
-/// Tensors sharing a storage share their copy, so tied weights stay tied.
-void convertSlots(const jit::Module& m, at::ScalarType dtype, const c10::Device& device,
-                  std::map<const void*, at::Tensor>& memo) {
-  auto object = m._ivalue();
-  for (std::size_t i = 0; i < object->slots().size(); ++i) {
-    const auto value = object->getSlot(i);
-    if (value.isTensor()) {
-      const auto t = value.toTensor();
-      if (!t.defined()) continue;
-      const void* key = t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
-                                        : static_cast<const void*>(t.unsafeGetTensorImpl());
-      auto it = memo.find(key);
-      at::Tensor converted;
-      if (it != memo.end() && it->second.sizes() == t.sizes() && it->second.strides() == t.strides()) {
-        converted = it->second;
-      } else {
-        converted = t.detach().to(device, t.is_floating_point() ? dtype : t.scalar_type());
-        converted.set_requires_grad(t.requires_grad() && converted.is_floating_point());
-        memo[key] = converted;
-      }
-      object->setSlot(i, converted);
-    } else if (value.isObject() && value.toObject()->type()->is_module()) {
-      convertSlots(jit::Module(value.toObject()), dtype, device, memo);
-    }
-  }
-}
-
-/// A trace bakes in what it saw: float32 dtype codes (aten::to(x, 6)), float32 tensor constants
-/// and the tracing device (aten::arange(..., device="cpu")). Rewrites them for `dtype` on
-/// `device`, as a trace made in that dtype on that device would have them.
-void patchGraph(const std::shared_ptr<jit::Graph>& graph, at::ScalarType dtype, const c10::Device& device) {
-  std::vector<jit::Node*> constants;
-  for (auto* n : graph->nodes())
-    if (n->kind() == c10::prim::Constant) constants.push_back(n);
-  for (auto* n : constants) {
-    auto* out = n->output();
-    const auto kind = out->type()->kind();
-    if (kind == c10::TypeKind::TensorType) {
-      auto t = n->t(c10::attr::value);
-      n->t_(c10::attr::value, t.to(device, t.is_floating_point() ? dtype : t.scalar_type()));
-      out->inferTypeFrom(n->t(c10::attr::value));
-    } else if (kind == c10::TypeKind::DeviceObjType) {
-      if (n->s(c10::attr::value) != device.str()) n->s_(c10::attr::value, device.str());
-    } else if (kind == c10::TypeKind::IntType && dtype != at::kFloat &&
-               n->i(c10::attr::value) == static_cast<int64_t>(at::kFloat)) {
-      // Only where the int is a dtype argument; the same constant 6 may be a plain size.
-      for (auto use : out->uses()) {
-        const auto* schema = use.user->maybeSchema();
-        if (!schema || use.offset >= schema->arguments().size()) continue;
-        const auto& arg = schema->arguments()[use.offset];
-        auto real = arg.real_type();
-        if (auto opt = real->cast<c10::OptionalType>()) real = opt->getElementType();
-        if (arg.name() != "dtype" && real->kind() != c10::TypeKind::ScalarTypeType) continue;
-        jit::WithInsertPoint guard(use.user);
-        use.user->replaceInput(use.offset, graph->insertConstant(static_cast<int64_t>(dtype)));
-      }
-    }
-  }
-}
-
-/// A fresh module from `bytes` with its forward inlined in place, in `dtype` on `device`.
-jit::Module freshCopy(const std::string& bytes, at::ScalarType dtype, const c10::Device& device) {
-  std::istringstream in(bytes);
-  auto m = jit::load(in, c10::Device(c10::kCPU));
-  auto graph = jit::toGraphFunction(m.get_method("forward").function()).graph();
-  jit::Inline(*graph);
+/// `m` with its forward inlined in place, in `dtype` on `device`, in eval mode.
+jit::Module prepareCopy(jit::Module m, at::ScalarType dtype, const c10::Device& device) {
+  auto graph = inlineForwardInPlace(m);
   if (dtype != at::kFloat || !device.is_cpu()) {
-    std::map<const void*, at::Tensor> memo;
-    convertSlots(m, dtype, device, memo);
-    patchGraph(graph, dtype, device);
+    const RetargetOptions to{dtype, device};
+    retargetAttributes(m, to);
+    retargetGraph(graph, to);
   }
   m.eval();
   return m;
@@ -191,7 +144,7 @@ int64_t itemsPerForward(const std::vector<InputSpec>& specs, bool seqApplies) {
 std::vector<c10::IValue> toIValues(const std::vector<at::Tensor>& tensors, at::ScalarType dtype,
                                    const c10::Device& device) {
   std::vector<c10::IValue> out;
-  for (const auto& t : tensors) out.emplace_back(t.to(device, t.is_floating_point() ? dtype : t.scalar_type()));
+  for (const auto& t : retargetInputs(tensors, {dtype, device})) out.emplace_back(t);
   return out;
 }
 
@@ -296,15 +249,53 @@ std::string executorSettings() {
 
 }  // namespace
 
-ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
-                               std::ostream& progress) {
+void keepLargeBuffersOnHeap() {
+  // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and page-fault
+  // them afresh on every forward, timing the kernel's page faults, not the model. Keep the heap
+  // instead (as bench-norm does), for both models alike.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  largeBuffersOnHeap = true;
+}
+
+FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analysis,
+                         const BenchModelOptions& options, std::ostream& progress) {
+  checkOptions(options);
+  if (analysis.foldableCount() == 0) {
+    // Two copies of one model: any measured difference would be noise (or warm-up order)
+    // presented as a speed-up.
+    throw Error("no LayerNorm of " + model.path + " folds (" + std::to_string(analysis.layerNorms.size()) +
+                " found), so original and folded would be the same model; nothing to compare");
+  }
+  FoldOptions foldOptions;
+  foldOptions.verify = true;
+  foldOptions.randomInputs = options.verifyRandomInputs;
+  foldOptions.device = "cpu";  // the trace's own device; the float64 check is about the method
+  foldOptions.seed = options.seed;
+  foldOptions.progress = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
+  return foldModel(model, analysis, foldOptions);
+}
+
+ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
+                               const BenchModelOptions& options, std::ostream& progress) {
   checkOptions(options);
   const auto dtype = parseDtype(options.dtype);
   const c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  auto say = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
+  const auto& v = folded.report.verification;
+  if (folded.report.folded.empty())
+    throw Error("no LayerNorm of " + model.path + " was folded, so original and folded are the same model; "
+                "nothing to compare");
+  if (!v.ran) throw Error("the fold of " + model.path + " was not verified; only a verified fold is timed");
+  if (!v.float64Equivalent) {
+    throw Error(format("the fold of %s is not float64-equivalent (worst relative error %.3e > %.0e); not "
+                       "timing a wrong model (the fold report has the details)",
+                       model.path.c_str(), v.worstRelative64, FoldOptions{}.float64Tolerance));
+  }
+  const ScopedThreads threads(options.threads);
 
   ModelBenchReport report;
-  report.model = modelPath;
+  report.model = model.path;
   report.device = options.device;
   report.dtype = options.dtype;
   report.torchVersion = TORCH_VERSION;
@@ -313,52 +304,16 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   report.warmup = options.warmup;
   report.reps = options.reps;
   report.executor = executorSettings();
-  if (device.is_cpu()) {
-    report.loadBefore = loadAverage();
-    // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and
-    // page-fault them afresh on every forward, timing the kernel's page faults, not the model.
-    // Keep the heap instead (as bench-norm does), for both models alike.
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  }
-
-  auto say = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
-  ImportOptions importOptions;
-  importOptions.seed = options.seed;
-  importOptions.progress = say;
-  for (const auto& s : options.inputSpecs) importOptions.inputs.push_back(parseInputSpec(s));
-  const auto model = importTorchScript(modelPath, importOptions);
-  const auto analysis = analyzeFoldability(model.graph);
-  if (analysis.foldableCount() == 0) {
-    // Two copies of one model: any measured difference would be noise (or warm-up order)
-    // presented as a speed-up.
-    throw Error("bench: no LayerNorm of " + modelPath + " folds (" +
-                std::to_string(analysis.layerNorms.size()) +
-                " found), so original and folded would be the same model; nothing to compare "
-                "(see `foldnorm analyze`)");
-  }
-  FoldOptions foldOptions;
-  foldOptions.verify = true;
-  foldOptions.randomInputs = options.verifyRandomInputs;
-  foldOptions.device = "cpu";  // the trace's own device; the float64 check is about the method
-  foldOptions.seed = options.seed;
-  foldOptions.progress = say;
-  const auto folded = foldModel(model, analysis, foldOptions);
-  const auto& v = folded.report.verification;
+  report.largeBuffersOnHeap = largeBuffersOnHeap;
+  if (device.is_cpu()) report.loadBefore = loadAverage();
   report.foldedLayerNorms = static_cast<int>(folded.report.folded.size());
   report.keptLayerNorms = static_cast<int>(folded.report.kept.size());
   report.worstRelative32 = v.worstRelative32;
   report.worstRelative64 = v.worstRelative64;
   report.predictionsUnchanged = v.predictionsUnchanged;
-  if (!v.float64Equivalent) {
-    throw Error(format("bench: the fold of %s is not float64-equivalent (worst relative error %.3e > "
-                       "%.0e); not timing a wrong model (run `foldnorm fold` for the details)",
-                       modelPath.c_str(), v.worstRelative64, foldOptions.float64Tolerance));
-  }
-  say(format("fold verified: %d LayerNorm(s) folded, %d kept; float64 worst relative error %.2e "
-             "(<= %.0e), float32 %.2e, predictions %s",
-             report.foldedLayerNorms, report.keptLayerNorms, v.worstRelative64,
-             foldOptions.float64Tolerance, v.worstRelative32,
+  say(format("fold verified: %d LayerNorm(s) folded, %d kept; float64 worst relative error %.2e, "
+             "float32 %.2e, predictions %s",
+             report.foldedLayerNorms, report.keptLayerNorms, v.worstRelative64, v.worstRelative32,
              v.predictionsUnchanged ? "unchanged" : "CHANGED in float32"));
 
   // Sequence dimension and lengths.
@@ -372,18 +327,17 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
     if (seqs.empty()) seqs = {seqSpec->shape.back()};
   } else {
     report.itemUnit = "images";
-    report.seqNote = "no integer input (image model): --seq does not apply; the spec shape is timed";
-    if (!options.seqs.empty()) say("--seq ignored: " + report.seqNote);
+    report.seqNote = "no integer input (image model): sequence lengths do not apply; the spec shape is timed";
+    if (!options.seqs.empty()) say("sequence lengths ignored: " + report.seqNote);
     seqs = {0};
   }
 
-  // Both models afresh from their bytes, alike in every way but the fold.
+  // Both models afresh, alike in every way but the fold.
   say(format("loading fresh copies of both models (%s on %s)", options.dtype.c_str(), options.device.c_str()));
-  const auto originalBytes = serialize(model.torch->module);
-  const auto foldedBytes = serialize(folded.torch->module);
+  const auto foldedBytes = serializeModule(folded.torch->module);
   c10::InferenceMode inference;
-  auto original = freshCopy(originalBytes, dtype, device);
-  auto foldedCopy = freshCopy(foldedBytes, dtype, device);
+  auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
+  auto foldedCopy = prepareCopy(loadModule(foldedBytes), dtype, device);
 
   for (auto seq : seqs) {
     const auto specs = specsFor(base, seq, options.batch);
@@ -398,6 +352,19 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   }
   if (device.is_cpu()) report.loadAfter = loadAverage();
   return report;
+}
+
+ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
+                               std::ostream& progress) {
+  checkOptions(options);
+  ImportOptions importOptions;
+  importOptions.seed = options.seed;
+  importOptions.progress = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
+  for (const auto& s : options.inputSpecs) importOptions.inputs.push_back(parseInputSpec(s));
+  const auto model = importTorchScript(modelPath, importOptions);
+  const auto analysis = analyzeFoldability(model.graph);
+  const auto folded = foldForBench(model, analysis, options, progress);
+  return runModelBench(model, folded, options, progress);
 }
 
 bool cudaAvailable() { return torch::cuda::is_available(); }
@@ -431,6 +398,7 @@ nlohmann::json toJson(const ModelBenchReport& r) {
           {"warmup", r.warmup},
           {"reps", r.reps},
           {"executor", r.executor},
+          {"large_buffers_on_heap", r.largeBuffersOnHeap},
           {"item_unit", r.itemUnit},
           {"seq_applies", r.seqApplies},
           {"seq_note", r.seqNote},
@@ -451,8 +419,10 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
   s += format("device %s, %s, %d threads, CPU kernels %s, torch %s\n", r.device.c_str(), r.dtype.c_str(),
               r.threads, r.cpuKernelIsa.c_str(), r.torchVersion.c_str());
   s += format("%d warm-up forwards per model and length, then %d rounds, each running both models "
-              "(order alternating)\n%s\n%s\n",
-              r.warmup, r.reps, r.executor.c_str(), r.seqNote.c_str());
+              "(order alternating)\n%s; allocator: %s\n%s\n",
+              r.warmup, r.reps, r.executor.c_str(),
+              r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)",
+              r.seqNote.c_str());
   if (r.loadBefore >= 0)
     s += format("1-minute load average %.2f before, %.2f after (others' work on this machine)\n",
                 r.loadBefore, r.loadAfter);

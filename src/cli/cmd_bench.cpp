@@ -49,11 +49,13 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_flag("--json", args->json, "Print the results as JSON (format foldnorm-bench/1)");
   cmd->add_option("--json-out", args->jsonOut, "Also write the JSON to this file (the table still prints)");
   cmd->callback([args, &exitCode] {
+    // The CLI is the whole process: its allocator may be set for timing (a GUI's is not).
+    bench::keepLargeBuffersOnHeap();
     const auto report = bench::runModelBench(args->model, args->options, std::cerr);
     if (!args->jsonOut.empty()) {
       std::ofstream out(args->jsonOut);
       out << bench::toJson(report).dump(2) << "\n";
-      if (!out) throw Error("bench: cannot write --json-out " + args->jsonOut);
+      if (!out) throw Error("cannot write --json-out " + args->jsonOut);
     }
     if (args->json) {
       std::cout << bench::toJson(report).dump(2) << "\n";

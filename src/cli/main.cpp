@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 
 namespace foldnorm::cli {
 
@@ -26,8 +27,10 @@ void addInputOption(CLI::App& cmd, std::vector<std::string>& specs) {
 namespace {
 // c10 errors carry a C++ backtrace after the first line; users get the message only.
 std::string firstLine(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
+  std::size_t start = s.find_first_not_of("\n");  // TorchScript compiler messages start with one
+  if (start == std::string::npos) return "(LibTorch gave no message)";
+  auto nl = s.find('\n', start);
+  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
 }
 }  // namespace
 
@@ -53,6 +56,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const foldnorm::SettingError& e) {
+    // The core names the setting; the command line spells it as its flag.
+    std::cerr << "foldnorm: error: --" << e.setting() << ": " << e.what() << "\n";
+    return 2;
   } catch (const foldnorm::Error& e) {
     std::cerr << "foldnorm: error: " << e.what() << "\n";
     return 2;

@@ -14,7 +14,9 @@
 #include <sstream>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 #include "foldnorm/ops/rms_norm.h"
+#include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm {
@@ -31,26 +33,6 @@ std::string strf(const char* format, ...) {
   std::vsnprintf(buffer, sizeof(buffer), format, args);
   va_end(args);
   return buffer;
-}
-
-// ---- fresh, independent copies of a module (own types and tensors) ----
-
-std::string serialize(const jit::Module& m) {
-  std::ostringstream os;
-  m.save(os);
-  return os.str();
-}
-
-jit::Module deserialize(const std::string& bytes) {
-  std::istringstream is(bytes);
-  return jit::load(is, c10::Device(c10::kCPU));
-}
-
-/// The module's own forward graph, inlined in place (it is what gets saved).
-std::shared_ptr<jit::Graph> inlineForwardInPlace(jit::Module& m) {
-  auto graph = jit::toGraphFunction(m.get_method("forward").function()).graph();
-  jit::Inline(*graph);
-  return graph;
 }
 
 /// Node and value tables of `graph` in the order the importer walked them, checked against the
@@ -193,85 +175,6 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
   jit::EliminateDeadCode(graph);
 }
 
-// ---- float64 copies ----
-
-/// Converts every floating tensor attribute to float64, keeping tensors that shared storage
-/// shared (so tied weights stay tied in the copy).
-void convertAttributesToFloat64(jit::Module m, std::map<const void*, at::Tensor>& memo) {
-  auto type = m.type();
-  for (std::size_t i = 0; i < type->numAttributes(); ++i) {
-    auto v = m._ivalue()->getSlot(i);
-    if (v.isTensor()) {
-      auto t = v.toTensor();
-      if (!t.is_floating_point() || t.scalar_type() == at::kDouble) continue;
-      const void* key = t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
-                                        : static_cast<const void*>(t.unsafeGetTensorImpl());
-      auto it = memo.find(key);
-      at::Tensor d;
-      if (it != memo.end() && it->second.sizes() == t.sizes()) d = it->second;
-      else {
-        d = t.detach().to(at::kDouble);
-        d.set_requires_grad(t.requires_grad());
-        memo[key] = d;
-      }
-      m._ivalue()->setSlot(i, d);
-    } else if (v.isObject() && v.toObject()->type()->is_module()) {
-      convertAttributesToFloat64(jit::Module(v.toObject()), memo);
-    }
-  }
-}
-
-bool isReducedFloatCode(int64_t code) {
-  return code == static_cast<int64_t>(at::kFloat) || code == static_cast<int64_t>(at::kHalf) ||
-         code == static_cast<int64_t>(at::kBFloat16);
-}
-
-/// Traces bake float32 dtypes (aten::to(x, 6)) and float32 tensor constants into the graph.
-void patchGraphToFloat64(const std::shared_ptr<jit::Graph>& graph) {
-  std::vector<jit::Node*> constants;
-  for (auto* n : graph->nodes())
-    if (n->kind() == c10::prim::Constant) constants.push_back(n);
-  for (auto* n : constants) {
-    auto* out = n->output();
-    if (out->type()->kind() == c10::TypeKind::TensorType) {
-      auto t = n->t(c10::attr::value);
-      if (t.is_floating_point() && t.scalar_type() != at::kDouble) {
-        n->t_(c10::attr::value, t.to(at::kDouble));
-        out->inferTypeFrom(n->t(c10::attr::value));
-      }
-      continue;
-    }
-    if (out->type()->kind() != c10::TypeKind::IntType) continue;
-    auto code = n->i(c10::attr::value);
-    if (!isReducedFloatCode(code)) continue;
-    // A copy: replaceInput removes the use from out->uses() while we walk it.
-    const std::vector<jit::Use> uses = out->uses();
-    for (auto use : uses) {
-      const auto* schema = use.user->maybeSchema();
-      if (!schema || use.offset >= schema->arguments().size()) continue;
-      const auto& arg = schema->arguments()[use.offset];
-      auto real = arg.real_type();
-      if (auto opt = real->cast<c10::OptionalType>()) real = opt->getElementType();
-      if (arg.name() != "dtype" && real->kind() != c10::TypeKind::ScalarTypeType) continue;
-      jit::WithInsertPoint guard(use.user);
-      auto* replacement = graph->insertConstant(static_cast<int64_t>(at::kDouble));
-      use.user->replaceInput(use.offset, replacement);
-    }
-  }
-}
-
-std::vector<at::Tensor> toFloat64Inputs(const std::vector<at::Tensor>& in) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : in) out.push_back(t.is_floating_point() ? t.to(at::kDouble) : t);
-  return out;
-}
-
-std::vector<at::Tensor> toDevice(const std::vector<at::Tensor>& in, const c10::Device& d) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : in) out.push_back(t.to(d));
-  return out;
-}
-
 void compare(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
              const std::string& dtype, std::vector<OutputCheck>& checks) {
   if (original.size() != folded.size())
@@ -315,7 +218,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   v.device = options.device;
   c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
   if (device.is_cuda() && !torch::cuda::is_available())
-    throw Error("verification on cuda: no CUDA device is available here");
+    throw SettingError("device", "no CUDA device is available here to verify on");
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
 
@@ -328,40 +231,34 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   jit::Module original32 = tm.module;
   jit::Module folded32 = folded;
   if (device.is_cuda()) {
-    original32 = deserialize(serialize(tm.module));
+    original32 = loadModule(serializeModule(tm.module));
     original32.to(device);
-    folded32 = deserialize(serialize(folded));
+    folded32 = loadModule(serializeModule(folded));
     folded32.to(device);
   }
   auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
     progress(strf("verifying in the model's dtype: input set %zu/%zu", r + 1, inputSets.size()));
-    auto in = toDevice(inputSets[r], device);
+    auto in = retargetInputs(inputSets[r], {std::nullopt, device});
     compare(runGraph(original32, tm.graph, in), runGraph(folded32, folded32Graph, in), "float32", v.checks);
   }
 
   // float64: the plan applied to a float64 copy of the original.
   progress("verifying in float64 (copies of both models)");
+  const RetargetOptions float64{at::kDouble, device};
   auto original64 = freshCopy(tm);
   auto graph64 = inlineForwardInPlace(original64);
   auto folded64 = freshCopy(tm);
   auto foldedGraph64 = inlineForwardInPlace(folded64);
-  {
-    std::map<const void*, at::Tensor> memoA, memoB;
-    convertAttributesToFloat64(original64, memoA);
-    convertAttributesToFloat64(folded64, memoB);
-  }
-  // The plan maps onto the graph by node order: apply it before patching inserts constants.
+  retargetAttributes(original64, float64);
+  retargetAttributes(folded64, float64);
+  // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
   applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
-  patchGraphToFloat64(graph64);
-  patchGraphToFloat64(foldedGraph64);
-  if (device.is_cuda()) {
-    original64.to(device);
-    folded64.to(device);
-  }
+  retargetGraph(graph64, float64);
+  retargetGraph(foldedGraph64, float64);
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
     progress(strf("verifying in float64: input set %zu/%zu", r + 1, inputSets.size()));
-    auto in = toDevice(toFloat64Inputs(inputSets[r]), device);
+    auto in = retargetInputs(inputSets[r], float64);
     compare(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
   }
   for (const auto& c : v.checks) {
@@ -482,7 +379,7 @@ std::string toText(const FoldReport& r) {
     out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
   const auto& v = r.verification;
   if (!v.ran) {
-    out += "verification: skipped (not requested)\n";
+    out += "verification: skipped (not asked for)\n";
     return out;
   }
   out += strf("verification on %s (%d input sets):\n", v.device.c_str(), v.runs);

@@ -1,10 +1,11 @@
 // `foldnorm bench`: a model end to end, original against folded, in one run.
 //
-// The fold is done in memory (import -> analyze -> fold with verification in float32 and
-// float64); a fold that is not float64-equivalent is refused before anything is timed. Then both
-// models are loaded afresh from the same bytes (forward inlined, the same graph-executor
+// The bench times a model that is already imported, analysed and folded (the GUI holds one): a
+// fold that was not verified, or is not float64-equivalent, is refused before anything is timed.
+// The CLI's path wrapper imports, analyses and folds (foldForBench: verified in float32 and
+// float64) first. Then both models are loaded afresh (forward inlined, the same graph-executor
 // settings), optionally cast to bfloat16/float16 (parameters, float tensor constants and the
-// float32 dtype constants a trace bakes in), and timed per sequence length:
+// float32 dtype constants a trace bakes in: torch/model_surgery.h), and timed per sequence length:
 //   - warm-up first: the profiling executor profiles on the first run and optimises on the
 //     second; more runs settle allocator growth and, on CUDA, lazy module loading and cuBLAS
 //     heuristics. A new sequence length is a new shape, so every length is warmed up again.
@@ -17,7 +18,12 @@
 //
 // The sequence dimension: the last dimension of every integer (or bool) input, which is where
 // token ids and attention masks keep it. A model with no such input (an image model) has no
-// sequence length: --seq does not apply and its spec shape is timed (the report says so).
+// sequence length: sequence lengths do not apply and its spec shape is timed (the report says so).
+//
+// Process-wide settings belong to the program: the bench sets the intra-op thread count only for
+// its own run (restored after), and keeps large buffers on the heap only where the program asked
+// for it (keepLargeBuffersOnHeap: the CLI does, the GUI does not). Bad settings throw
+// SettingError naming the setting ("reps"), never a flag.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -26,6 +32,10 @@
 #include <iosfwd>
 #include <string>
 #include <vector>
+
+#include "foldnorm/analysis/analysis.h"
+#include "foldnorm/fold/fold.h"
+#include "foldnorm/import/torchscript.h"
 
 namespace foldnorm::bench {
 
@@ -36,10 +46,10 @@ struct BenchModelOptions {
   int64_t batch = 0;              // 0: the spec's own batch (dim 0)
   int warmup = 10;                // untimed forwards of each model per sequence length
   int reps = 20;                  // timed rounds per length; each runs both models once
-  int threads = 0;                // CPU intra-op threads; 0: leave LibTorch's default
+  int threads = 0;                // CPU intra-op threads for this run; 0: leave the process's
   int verifyRandomInputs = 2;     // random input sets for the fold verification
   uint64_t seed = 0;
-  std::vector<std::string> inputSpecs;  // --input specs; empty: the model's embedded spec
+  std::vector<std::string> inputSpecs;  // input spec texts; empty: the model's embedded spec
 };
 
 /// Median and p10-p90 of a set of samples.
@@ -74,6 +84,7 @@ struct ModelBenchReport {
   bool seqApplies = true;   // false: no integer input, the spec shape was timed
   std::string seqNote;      // how the sequence dimension was chosen (or why it does not apply)
   std::string executor;     // graph-executor settings both models ran with
+  bool largeBuffersOnHeap = false;  // keepLargeBuffersOnHeap() was called (else glibc mmaps them)
   int foldedLayerNorms = 0;
   int keptLayerNorms = 0;
   double worstRelative32 = 0;  // fold verification, float32
@@ -84,12 +95,28 @@ struct ModelBenchReport {
   std::vector<ModelBenchCase> cases;
 };
 
-/// Imports, analyses and folds `modelPath` (verifying the fold), then times original and folded.
-/// Throws foldnorm::Error for bad options, an unreadable model, or a fold that fails its float64
-/// verification. A sequence length the model cannot run (e.g. longer than its position table) is
-/// reported as skipped with the model's error, not thrown. Progress lines go to `progress`.
+/// Folds `model` as the bench needs it: verified in float32 and float64 on the CPU, with
+/// options.verifyRandomInputs random input sets. Throws foldnorm::Error when no LayerNorm folds
+/// (original and folded would be the same model) and SettingError for bad options.
+FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analysis,
+                         const BenchModelOptions& options, std::ostream& progress);
+
+/// Times `model` against `folded` (its fold) per sequence length. Throws foldnorm::Error for a
+/// fold that folded nothing, was not verified or failed its float64 verification, SettingError
+/// for bad options. A sequence length the model cannot run (e.g. longer than its position table)
+/// is reported as skipped with the model's error, not thrown. Progress lines go to `progress`.
+ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
+                               const BenchModelOptions& options, std::ostream& progress);
+
+/// The CLI's path: imports `modelPath` (with options.inputSpecs, or its embedded spec), analyses
+/// it, foldForBench, then runModelBench.
 ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
                                std::ostream& progress);
+
+/// Keeps buffers of 32 MiB and more on the heap for the rest of the process (glibc would mmap and
+/// page-fault a model's large outputs afresh on every forward, timing page faults rather than
+/// the model). For programs that time (the CLI, analyses); a host like the GUI keeps its own.
+void keepLargeBuffersOnHeap();
 
 /// Whether LibTorch sees a CUDA device (torch::cuda::is_available()): lets code that includes no
 /// torch header (the GUI's device choice) offer `device = "cuda"` only where it can run.

@@ -24,6 +24,9 @@ struct TorchModel {
   /// The archive `module` was loaded from. Fresh copies are loaded from these bytes: the same
   /// code compiles to the same graph, node for node, so analysed node ids map onto the copy.
   std::shared_ptr<const std::string> archive;
+  /// Whether copies load the archive's debug records (source ranges): false when they are
+  /// damaged (LibTorch would crash reading them).
+  bool debugRecords = true;
   /// Models without an archive (built from IR) make their fresh copies with this instead.
   std::function<torch::jit::Module()> makeCopy;
 };
@@ -40,13 +43,12 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs);
 
-/// Imports an already-loaded module (shared by the .pt and IR paths).
-ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std::string> archive,
-                           std::string path, std::vector<InputSpec> specs, bool specFromModel,
-                           const ImportOptions& options);
-
 /// Inlined copy of a module's forward graph.
 std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module);
+
+/// The module's own forward graph, inlined in place (what runs and what gets saved). A fresh
+/// copy inlined so has the node order the importer walked (same code, same inlining).
+std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module);
 
 std::string dtypeName(at::ScalarType type);
 

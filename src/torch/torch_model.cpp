@@ -1,0 +1,115 @@
+// The torch side of an imported model (see include/foldnorm/torch/torch_model.h): example inputs,
+// running a graph, inlining, fresh copies.
+#include "foldnorm/torch/torch_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <sstream>
+
+#include "foldnorm/common/error.h"
+
+namespace foldnorm {
+namespace {
+
+namespace jit = torch::jit;
+
+at::ScalarType scalarTypeOf(const std::string& dtype) {
+  if (dtype == "float32") return at::kFloat;
+  if (dtype == "float64") return at::kDouble;
+  if (dtype == "float16") return at::kHalf;
+  if (dtype == "bfloat16") return at::kBFloat16;
+  if (dtype == "int64") return at::kLong;
+  if (dtype == "int32") return at::kInt;
+  if (dtype == "bool") return at::kBool;
+  throw Error("unknown dtype " + dtype);
+}
+
+void flattenTensors(const c10::IValue& iv, std::vector<at::Tensor>& out) {
+  if (iv.isTensor()) out.push_back(iv.toTensor());
+  else if (iv.isTuple())
+    for (const auto& e : iv.toTupleRef().elements()) flattenTensors(e, out);
+  else if (iv.isList())
+    for (const auto& e : iv.toListRef()) flattenTensors(e, out);
+  else if (iv.isGenericDict())
+    for (const auto& kv : iv.toGenericDict()) flattenTensors(kv.value(), out);
+}
+
+}  // namespace
+
+std::string dtypeName(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kShort: return "int16";
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    default: return c10::toString(type);
+  }
+}
+
+std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 0x5eed);
+  std::vector<at::Tensor> out;
+  for (const auto& spec : specs) {
+    auto type = scalarTypeOf(spec.dtype);
+    auto opts = at::TensorOptions().dtype(type);
+    at::Tensor t;
+    if (spec.isFloating()) {
+      if (spec.low && spec.high)
+        t = at::empty(spec.shape, opts.dtype(at::kDouble)).uniform_(*spec.low, *spec.high, gen).to(type);
+      else
+        t = at::randn(spec.shape, gen, opts.dtype(at::kDouble)).to(type);
+    } else {
+      int64_t lo = spec.low ? static_cast<int64_t>(*spec.low) : 0;
+      int64_t hi = spec.high ? static_cast<int64_t>(*spec.high) : 2;
+      t = at::randint(lo, hi, spec.shape, gen, opts.dtype(at::kLong)).to(type);
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
+                                 const std::shared_ptr<torch::jit::Graph>& graph,
+                                 const std::vector<at::Tensor>& inputs) {
+  jit::GraphOptimizerEnabledGuard noOptimize(false);
+  jit::GraphFunction fn("foldnorm_run", graph->copy(), nullptr);
+  jit::Stack stack;
+  stack.emplace_back(module._ivalue());
+  for (const auto& t : inputs) stack.emplace_back(t);
+  fn.run(stack);
+  std::vector<at::Tensor> out;
+  for (const auto& iv : stack) flattenTensors(iv, out);
+  return out;
+}
+
+std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module) {
+  auto method = module.find_method("forward");
+  if (!method) throw Error("the module has no forward method");
+  auto graph = jit::toGraphFunction(method->function()).graph()->copy();
+  jit::Inline(*graph);
+  return graph;
+}
+
+std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module) {
+  auto graph = jit::toGraphFunction(module.get_method("forward").function()).graph();
+  jit::Inline(*graph);
+  return graph;
+}
+
+torch::jit::Module freshCopy(const TorchModel& model) {
+  if (model.makeCopy) return model.makeCopy();
+  std::istringstream in(*model.archive);
+  return jit::load(in, c10::Device(c10::kCPU), model.debugRecords);
+}
+
+}  // namespace foldnorm
