@@ -250,6 +250,17 @@ const std::vector<Row>& rows() {
     {"model-input", "  %h : Tensor = aten::add(%y, %u, %one)\n", "u", "broken", 0, "{2}", "ignored"},
     {"model-output", "", "return", "none", 0, "{2}", "unsafe"},
     {"unknown-op", "  %h : Tensor = aten::cumsum(%y, %m1, %none)\n", "h", "broken", 0, "{2}", "unsafe"},
+    // ---- interpolation (issue 13: DINOv2's interpolated position table): per channel, weights
+    // summing to one: the channel mean stays zero and a shift stays constant on every axis ----
+    {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[7, 7]]()\n"
+                    "  %h : Tensor = aten::upsample_bicubic2d(%cv, %sz, %f, %none, %none)\n", "h", "mean-zero {1}", 0, "{1,2,3}", "passed {1,2,3}"},
+    {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[8, 8]]()\n"
+                    "  %h : Tensor = aten::upsample_nearest2d(%cv, %sz, %none, %none)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[6, 6]]()\n"
+                    "  %h : Tensor = aten::_upsample_bilinear2d_aa(%cv, %sz, %f, %none, %none)\n", "h", "mean-zero {1}", 0, "{2,3}", "passed {2,3}"},
+    // interpolating along the mean-zero axis itself breaks
+    {"interpolate", "  %sz : int[] = prim::Constant[value=[5]]()\n  %h : Tensor = aten::upsample_linear1d(%y, %sz, %f, %none)\n",
+     "h", "broken", 0, "{2}", "passed {2}"},
   };
   return table;
 }
