@@ -261,6 +261,16 @@ const std::vector<Row>& rows() {
     // interpolating along the mean-zero axis itself breaks
     {"interpolate", "  %sz : int[] = prim::Constant[value=[5]]()\n  %h : Tensor = aten::upsample_linear1d(%y, %sz, %f, %none)\n",
      "h", "broken", 0, "{2}", "passed {2}"},
+    // ---- bundles built in the graph (issue 13: XCiT's (x, (Hp, Wp)), Swin's (x, width, height)):
+    // an element taken out is the element at that index ----
+    {"list", "  %tp : (Tensor, Tensor) = prim::TupleConstruct(%u, %y)\n  %a : Tensor, %h : Tensor = prim::TupleUnpack(%tp)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"list", "  %tp : (Tensor, Tensor) = prim::TupleConstruct(%u, %y)\n  %h : Tensor, %a : Tensor = prim::TupleUnpack(%tp)\n",
+     "h", "broken", 0, "{2}", "passed {2}"},
+    {"list", "  %tp : (Tensor, Tensor) = prim::TupleConstruct(%u, %y)\n  %h : Tensor = prim::TupleIndex(%tp, %one)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"list", "  %l : Tensor[] = prim::ListConstruct(%u, %y)\n  %h : Tensor = aten::__getitem__(%l, %m1)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
   };
   return table;
 }
