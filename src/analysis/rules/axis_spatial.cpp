@@ -61,8 +61,13 @@ ShiftOutcome averagePoolShift(const ShiftInput& in) {
   if (!spatial) return unsafeSeen(in, "has unrecorded ranks");
   // A window average of a change constant along an axis outside the window is constant along
   // it; along the window axes, zero padding and edges would make it vary: dropped.
+  // An output axis of size 1 (global pooling) holds one value: constant along it whatever came in.
   AxisSet axes = in.axes;
-  for (auto a : spatial->axes()) axes.erase(a);
+  const auto* outShape = shapeOf(in.graph, n.outputs.at(0));
+  for (auto a : spatial->axes()) {
+    if (outShape && a < int64_t(outShape->size()) && outShape->at(a) == 1) axes.insert(a);
+    else axes.erase(a);
+  }
   return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
@@ -116,7 +121,8 @@ void addAxisSpatialRules(std::vector<Rule>& rules) {
   // avg_pool1d/2d/3d and adaptive_avg_pool1d/2d/3d over the trailing spatial axes.
   //   mean-zero: linear and the same for every channel: mean-zero along channels (or any axis
   //              outside the windows) stays; along a spatial axis it breaks.
-  //   shift:     constant along the axes outside the windows; the window axes are dropped.
+  //   shift:     constant along the axes outside the windows; the window axes are dropped,
+  //              except those pooled to size 1 (one value is constant along its axis).
   t.add("average-pool",
         {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d", "aten::adaptive_avg_pool1d",
          "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d"},
