@@ -208,8 +208,9 @@ const std::vector<Row>& rows() {
     // ---- axis, spatial: %cv = conv2d(img) is [1,8,4,4], mean-zero along the channels ----
     {"average-pool", kConv + "  %k : int[] = prim::Constant[value=[2, 2]]()\n  %p0 : int[] = prim::Constant[value=[0, 0]]()\n"
                      "  %h : Tensor = aten::avg_pool2d(%cv, %k, %k, %p0, %f, %t, %none)\n", "h", "mean-zero {1}", 0, "{1,2,3}", "passed {1}"},
+    // global pooling (MaxViT's classifier): an output axis of size 1 is constant along itself
     {"average-pool", kConv + "  %k : int[] = prim::Constant[value=[1, 1]]()\n  %h : Tensor = aten::adaptive_avg_pool2d(%cv, %k)\n",
-     "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+     "h", "mean-zero {1}", 0, "{1}", "passed {1,2,3}"},
     // pooling along the mean-zero axis itself breaks
     {"average-pool", "  %k : int[] = prim::Constant[value=[2]]()\n  %p0 : int[] = prim::Constant[value=[0]]()\n"
                      "  %h : Tensor = aten::avg_pool1d(%y, %k, %k, %p0, %f, %t)\n", "h", "broken", 0, "{2}", "passed {}"},
@@ -250,6 +251,27 @@ const std::vector<Row>& rows() {
     {"model-input", "  %h : Tensor = aten::add(%y, %u, %one)\n", "u", "broken", 0, "{2}", "ignored"},
     {"model-output", "", "return", "none", 0, "{2}", "unsafe"},
     {"unknown-op", "  %h : Tensor = aten::cumsum(%y, %m1, %none)\n", "h", "broken", 0, "{2}", "unsafe"},
+    // ---- interpolation (issue 13: DINOv2's interpolated position table): per channel, weights
+    // summing to one: the channel mean stays zero and a shift stays constant on every axis ----
+    {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[7, 7]]()\n"
+                    "  %h : Tensor = aten::upsample_bicubic2d(%cv, %sz, %f, %none, %none)\n", "h", "mean-zero {1}", 0, "{1,2,3}", "passed {1,2,3}"},
+    {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[8, 8]]()\n"
+                    "  %h : Tensor = aten::upsample_nearest2d(%cv, %sz, %none, %none)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[6, 6]]()\n"
+                    "  %h : Tensor = aten::_upsample_bilinear2d_aa(%cv, %sz, %f, %none, %none)\n", "h", "mean-zero {1}", 0, "{2,3}", "passed {2,3}"},
+    // interpolating along the mean-zero axis itself breaks
+    {"interpolate", "  %sz : int[] = prim::Constant[value=[5]]()\n  %h : Tensor = aten::upsample_linear1d(%y, %sz, %f, %none)\n",
+     "h", "broken", 0, "{2}", "passed {2}"},
+    // ---- bundles built in the graph (issue 13: XCiT's (x, (Hp, Wp)), Swin's (x, width, height)):
+    // an element taken out is the element at that index ----
+    {"list", "  %tp : (Tensor, Tensor) = prim::TupleConstruct(%u, %y)\n  %a : Tensor, %h : Tensor = prim::TupleUnpack(%tp)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"list", "  %tp : (Tensor, Tensor) = prim::TupleConstruct(%u, %y)\n  %h : Tensor, %a : Tensor = prim::TupleUnpack(%tp)\n",
+     "h", "broken", 0, "{2}", "passed {2}"},
+    {"list", "  %tp : (Tensor, Tensor) = prim::TupleConstruct(%u, %y)\n  %h : Tensor = prim::TupleIndex(%tp, %one)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"list", "  %l : Tensor[] = prim::ListConstruct(%u, %y)\n  %h : Tensor = aten::__getitem__(%l, %m1)\n",
+     "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
   };
   return table;
 }

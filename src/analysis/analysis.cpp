@@ -83,7 +83,10 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
   ShiftFact shift;
   std::unordered_map<ValueId, std::pair<ValueId, NodeId>> parent;  // value <- (value, via node)
   std::deque<ValueId> queue;
-  shift.join(leaf.output, leaf.axes);
+  // Centered within groups (a grouped conv), each group's outputs change by their own amount:
+  // the change is constant along no axis, so no LayerNorm downstream absorbs it (PiT's pooling).
+  bool grouped = std::any_of(leaf.actions.begin(), leaf.actions.end(), [](const CenterAction& a) { return a.groups > 1; });
+  shift.join(leaf.output, grouped ? AxisSet{} : leaf.axes);
   queue.push_back(leaf.output);
   std::set<NodeId> absorbers;
   auto pathTo = [&](ValueId v, NodeId consumer) {

@@ -14,6 +14,12 @@ std::vector<LayerNormInfo> findLayerNorms(const Graph& graph) {
   for (auto id : graph.topologicalOrder()) {
     const auto& n = graph.node(id);
     if (n.kind != "aten::layer_norm") continue;
+    // aten::layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable): a hand-edited
+    // or corrupted graph may hold fewer operands, which must be refused in one line, not read.
+    if (n.inputs.size() < 5)
+      throw Error("layer norm " + graph.describeNode(id) + " has " + std::to_string(n.inputs.size()) +
+                  " operands, not the 6 of aten::layer_norm(input, normalized_shape, weight, bias, eps, "
+                  "cudnn_enable)");
     LayerNormInfo ln;
     ln.node = id;
     ln.modulePath = n.modulePath;

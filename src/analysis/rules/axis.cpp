@@ -192,6 +192,42 @@ ShiftOutcome indexShift(const ShiftInput& in) {
 }
 
 
+bool isShiftCarrier(const Graph& g, ValueId v) {
+  auto k = g.value(v).kind;
+  return k == ValueKind::Tensor || k == ValueKind::TensorList || k == ValueKind::Tuple;
+}
+
+/// For an op that takes a tuple or list apart (TupleUnpack, ListUnpack, or TupleIndex /
+/// __getitem__ with a constant index) whose bundle is built by a Tuple/ListConstruct in the
+/// graph: the construct's input each output is, in output order. nullopt when the bundle comes
+/// from elsewhere or the index is not a constant in range.
+std::optional<std::vector<ValueId>> bundleElements(const Graph& g, const Node& n) {
+  if (n.inputs.empty()) return std::nullopt;
+  auto producer = g.value(n.inputs.at(0)).producer;
+  if (producer == kNone) return std::nullopt;
+  const auto& c = g.node(producer);
+  bool tuple = c.kind == "prim::TupleConstruct", list = c.kind == "prim::ListConstruct";
+  // A list taken apart must not be written in between: only lists with no in-place user.
+  if (list)
+    for (const auto& use : g.value(n.inputs.at(0)).uses) {
+      const auto& k = g.node(use.node).kind;
+      if (k == "aten::append" || k == "aten::_set_item" || k == "aten::insert" || k == "aten::extend")
+        return std::nullopt;
+    }
+  if ((n.kind == "prim::TupleUnpack" && tuple) || (n.kind == "prim::ListUnpack" && list)) {
+    if (c.inputs.size() != n.outputs.size()) return std::nullopt;
+    return c.inputs;
+  }
+  if ((n.kind == "prim::TupleIndex" && tuple) || (n.kind == "aten::__getitem__" && list)) {
+    if (n.inputs.size() < 2) return std::nullopt;
+    auto idx = g.constantInt(n.inputs.at(1));
+    auto size = int64_t(c.inputs.size());
+    if (!idx || *idx < -size || *idx >= size) return std::nullopt;
+    return std::vector<ValueId>{c.inputs.at(*idx < 0 ? *idx + size : *idx)};
+  }
+  return std::nullopt;
+}
+
 void listMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
@@ -209,14 +245,45 @@ void listMz(MeanZeroContext& ctx) {
     ctx.set(0, acc);
     return;
   }
-  // ListUnpack / __getitem__ / TupleUnpack / TupleIndex: every element carries the list's fact.
+  // An element taken from a tuple or list built in the graph is that element, not the bundle:
+  // `x, (H, W)` unpacked gives x the facts of x, and H those of a shape.
+  if (auto from = bundleElements(g, n)) {
+    for (std::size_t i = 0; i < n.outputs.size() && i < from->size(); ++i) {
+      const auto& f = ctx.fact(from->at(i));
+      if (f.isMeanZero()) ctx.set(i, MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
+      else if (f.state == Kind::Broken) ctx.set(i, MeanZeroFact::propagated(f, from->at(i), ctx.rule()));
+      else ctx.set(i, MeanZeroFact::broken(ctx.nodeId(), "a tuple or list element without a mean-zero fact", ctx.rule()));
+    }
+    return;
+  }
+  // Otherwise (a bundle from a call or a model input): every element carries the bundle's fact.
   const auto& f = ctx.inputFact(0);
   if (f.isMeanZero()) ctx.setAll(MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
   else if (f.state == Kind::Broken) ctx.propagateBroken(0);
   else ctx.breakHere("a tuple or list element without a mean-zero fact");
 }
 
-ShiftOutcome listShift(const ShiftInput& in) { return passSame(in); }
+ShiftOutcome listShift(const ShiftInput& in) {
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  if (n.kind != "prim::TupleConstruct" && n.kind != "prim::ListConstruct") return passSame(in);
+  // Element `slot` of a bundle built here: where the bundle is taken apart in the graph, only
+  // the element at that index is shifted; any other use (a call, cat, the return) gets the
+  // bundle itself, which carries the shift to everything taken from it.
+  std::vector<std::pair<ValueId, AxisSet>> outs;
+  auto bundle = n.outputs.at(0);
+  bool whole = false;
+  for (const auto& use : g.value(bundle).uses) {
+    auto elements = bundleElements(g, g.node(use.node));
+    if (!elements || use.slot != 0) { whole = true; continue; }
+    const auto& taker = g.node(use.node);
+    for (std::size_t i = 0; i < elements->size() && i < taker.outputs.size(); ++i)
+      if (elements->at(i) == n.inputs.at(in.slot) && isShiftCarrier(g, taker.outputs[i]))
+        outs.emplace_back(taker.outputs[i], in.axes);
+  }
+  if (whole) outs.emplace_back(bundle, in.axes);
+  return ShiftOutcome::passed(outs);
+}
 
 
 bool isStack(const std::string& kind) { return kind == "aten::stack"; }
@@ -382,13 +449,15 @@ void addAxisRules(std::vector<Rule>& rules) {
   t.add("index", {"aten::index"},
         "advanced indexing on leading axes (before the mean-zero axes) keeps whole rows", indexMz, indexShift);
   // Lists and tuples.
-  //   mean-zero: ListConstruct of tensors: the join of its elements' facts; unpack/getitem:
-  //              every element carries the list's fact.
-  //   shift:     passes unchanged.
+  //   mean-zero: ListConstruct of tensors: the join of its elements' facts; unpack/index of a
+  //              bundle built in the graph: the fact of the element at that index; of any
+  //              other bundle: every element carries the bundle's fact.
+  //   shift:     an element of a bundle built here shifts only what is taken out at its index
+  //              (the bundle itself where it is used otherwise); unpack passes to every element.
   t.add("list",
         {"prim::ListConstruct", "prim::ListUnpack", "aten::__getitem__", "prim::TupleConstruct",
          "prim::TupleUnpack", "prim::TupleIndex"},
-        "lists and tuples carry their elements' facts", listMz, listShift);
+        "lists and tuples carry their elements' facts; an element taken out of a bundle built in the graph is the element at that index, not its neighbours", listMz, listShift);
   // cat/stack(parts, dim).
   //   mean-zero: every part mean-zero -> the union of their axes (stack inserts the dim): along
   //              the cat axis too, each part's row sums to zero.

@@ -21,17 +21,37 @@ std::optional<AxisSet> spatialAxes(const Graph& g, const Node& n, int64_t k) {
   return AxisSet::trailing(r, k);
 }
 
-void averagePoolMz(MeanZeroContext& ctx) {
+/// Linear maps of each channel's spatial plane (window averages, interpolation): a mean-zero
+/// fact outside the spatial axes stays; along them, `why` breaks it.
+void perChannelSpatialMz(MeanZeroContext& ctx, const std::string& why) {
   const auto& n = ctx.node();
   const auto& f = ctx.inputFact(0);
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
   auto spatial = spatialAxes(ctx.graph(), n, spatialRank(n.kind));
   if (!spatial) { ctx.breakHere("its input and output ranks were not recorded as [N, C, spatial...]"); return; }
   if (!(f.axes & *spatial).empty()) {
-    ctx.breakHere("averages windows along the mean-zero axes (a window of a mean-zero row is not mean-zero)");
+    ctx.breakHere(why);
     return;
   }
   ctx.set(0, MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
+}
+
+void averagePoolMz(MeanZeroContext& ctx) {
+  perChannelSpatialMz(ctx, "averages windows along the mean-zero axes (a window of a mean-zero row is not mean-zero)");
+}
+
+void interpolateMz(MeanZeroContext& ctx) {
+  perChannelSpatialMz(ctx, "interpolates along the mean-zero axes (resampled rows need not sum to zero)");
+}
+
+ShiftOutcome interpolateShift(const ShiftInput& in) {
+  const auto& n = in.graph.node(in.node);
+  if (in.slot != 0) return unsafeSeen(in, "uses the changed value as a size or scale");
+  if (!spatialAxes(in.graph, n, spatialRank(n.kind))) return unsafeSeen(in, "has unrecorded ranks");
+  // Every output pixel is a combination of input pixels of its channel whose weights sum to one
+  // (nearest copies, linear/cubic/area weights are normalised, edges are clamped, not padded):
+  // a change constant along any axis stays constant along it, the spatial ones included.
+  return ShiftOutcome::passed({{n.outputs.at(0), in.axes}});
 }
 
 ShiftOutcome averagePoolShift(const ShiftInput& in) {
@@ -41,8 +61,13 @@ ShiftOutcome averagePoolShift(const ShiftInput& in) {
   if (!spatial) return unsafeSeen(in, "has unrecorded ranks");
   // A window average of a change constant along an axis outside the window is constant along
   // it; along the window axes, zero padding and edges would make it vary: dropped.
+  // An output axis of size 1 (global pooling) holds one value: constant along it whatever came in.
   AxisSet axes = in.axes;
-  for (auto a : spatial->axes()) axes.erase(a);
+  const auto* outShape = shapeOf(in.graph, n.outputs.at(0));
+  for (auto a : spatial->axes()) {
+    if (outShape && a < int64_t(outShape->size()) && outShape->at(a) == 1) axes.insert(a);
+    else axes.erase(a);
+  }
   return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
@@ -96,13 +121,28 @@ void addAxisSpatialRules(std::vector<Rule>& rules) {
   // avg_pool1d/2d/3d and adaptive_avg_pool1d/2d/3d over the trailing spatial axes.
   //   mean-zero: linear and the same for every channel: mean-zero along channels (or any axis
   //              outside the windows) stays; along a spatial axis it breaks.
-  //   shift:     constant along the axes outside the windows; the window axes are dropped.
+  //   shift:     constant along the axes outside the windows; the window axes are dropped,
+  //              except those pooled to size 1 (one value is constant along its axis).
   t.add("average-pool",
         {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d", "aten::adaptive_avg_pool1d",
          "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d"},
         "average pooling over spatial windows is linear and the same for every channel: the "
         "channel mean stays zero, and a shift constant along the channels stays constant along "
         "them", averagePoolMz, averagePoolShift);
+  // upsample_* (F.interpolate: nearest, nearest-exact, linear, bilinear, bicubic, trilinear,
+  // antialiased) over the trailing spatial axes.
+  //   mean-zero: linear and the same for every channel: mean-zero along channels (or any axis
+  //              outside the spatial ones) stays; along a spatial axis it breaks.
+  //   shift:     passes on every axis (interpolation weights sum to one, edges are clamped).
+  t.add("interpolate",
+        {"aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+         "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d",
+         "aten::_upsample_nearest_exact3d", "aten::upsample_linear1d", "aten::upsample_bilinear2d",
+         "aten::upsample_bicubic2d", "aten::upsample_trilinear3d", "aten::_upsample_bilinear2d_aa",
+         "aten::_upsample_bicubic2d_aa"},
+        "interpolation over spatial axes (an interpolated position table) is linear and the same "
+        "for every channel: the channel mean stays zero; its weights sum to one, so a shift "
+        "constant along an axis stays constant along it", interpolateMz, interpolateShift);
   // channel_shuffle, pixel_unshuffle, im2col (unfold).
   //   mean-zero: along the channel axis alone -> along the output's channel axis (the old
   //              channels form one block per new position); anything else breaks.
