@@ -3,6 +3,7 @@
 #
 #     bash tests/corpus/refresh.sh [BUILD]        (BUILD defaults to build)
 #
+# 0. the tools it runs are (re)built, so the results are the merged tool's;
 # 1. `ctest -L corpus` in BUILD: both environments traced (cached) and checked by the oracle;
 # 2. expectations added for every architecture the oracle now confirms that has none yet
 #    (existing expectations are left alone: a changed verdict stays a failing entry to review,
@@ -18,6 +19,8 @@ python=$(sed -n 's/^FOLDNORM_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/n
 results=$build/corpus-results
 driver=$root/tests/corpus/build_corpus.py
 
+cmake --build "$build" -j 2 --target foldnorm foldnorm_ops foldability_table > /dev/null \
+  || { echo "refresh: building foldnorm, foldnorm_ops and foldability_table in $build failed"; exit 1; }
 (cd "$build" && ctest -L corpus -j 2 --output-on-failure --timeout 2700 > "$build/corpus-refresh.log" 2>&1)
 echo "refresh: first corpus run done (log: $build/corpus-refresh.log)"
 for env in main old; do
