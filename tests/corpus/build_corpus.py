@@ -5,6 +5,7 @@
         --results build/corpus-results [--env main|old] [--only hf-gpt2 timm-vit_tiny ...]
     build_corpus.py --check hf-gpt2 --env main --results build/corpus-results   (one ctest entry)
     build_corpus.py --update-expectations --results build/corpus-results        (after a reviewed change)
+    build_corpus.py --update-expectations --missing-only ...   (only architectures without one yet)
 
 For each architecture: build (corpus_lib.prepare), trace (torch.jit.trace, check_trace=False,
 strict=False), save with the embedded input spec, run `foldnorm analyze --json` and `foldnorm fold
@@ -350,7 +351,10 @@ def check_one(name: str, env: str, results_dir: str) -> int:
     return 0
 
 
-def update_expectations(results_dir: str, envs: List[str], only: Optional[List[str]]) -> int:
+def update_expectations(results_dir: str, envs: List[str], only: Optional[List[str]],
+                        missing_only: bool = False) -> int:
+    """Writes the confirmed verdicts; with missing_only, only for architectures that have no
+    expectation yet (a fixed rule gap goes green, a changed verdict stays a failure to review)."""
     data = load_expectations()
     changed = 0
     for env in envs:
@@ -358,6 +362,8 @@ def update_expectations(results_dir: str, envs: List[str], only: Optional[List[s
         for fname in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
             name = fname[:-5]
             if not fname.endswith(".json") or (only and name not in only):
+                continue
+            if missing_only and name in data.get(env, {}):
                 continue
             with open(os.path.join(folder, fname)) as f:
                 result = json.load(f)
@@ -466,12 +472,14 @@ def main(argv: List[str]) -> int:
     p.add_argument("--force", action="store_true", help="ignore cached results (traces are still reused)")
     p.add_argument("--check", metavar="NAME", help="check one result against its expectation (ctest)")
     p.add_argument("--update-expectations", action="store_true")
+    p.add_argument("--missing-only", action="store_true",
+                   help="with --update-expectations: leave existing expectations as they are")
     p.add_argument("--expect-names", help="file of the names ctest has entries for (from CMake)")
     args = p.parse_args(argv)
     if args.check:
         return check_one(args.check, args.env, args.results)
     if args.update_expectations:
-        return update_expectations(args.results, [args.env], args.only)
+        return update_expectations(args.results, [args.env], args.only, args.missing_only)
     for what, path in (("--foldnorm", args.foldnorm), ("--ops", args.ops)):
         if not path or not os.path.isfile(path):
             raise SystemExit(f"corpus: {what} must name an existing file (got {path})")

@@ -84,7 +84,9 @@ def perturb(model: nn.Module, seed: int = 1) -> None:
     mean-zero, a zero bias needs no centering and a constant gamma is a scalar: a fold that forgot a
     bias, let an LN output into the stream or ignored a per-channel scale would still look exact. So:
     biases and norm affines get noise, every parameter whose entries are all equal (zeros, constants)
-    gets a spread around its value (or a normal draw when it is zero)."""
+    gets a spread around its value (or a normal draw when it is zero). A norm weight that starts at
+    zero (Swin V2's res-post-norms, zero-init-last BatchNorms) gets 1 + noise, not a multiple of
+    zero: a zero gain silences its branch, so a wrong fold of that branch would not show."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for mod in model.modules():
@@ -97,7 +99,10 @@ def perturb(model: nn.Module, seed: int = 1) -> None:
                 if pname == "bias":
                     p.add_(0.05 * noise)
                 elif norm and pname == "weight":
-                    p.mul_(1 + 0.1 * noise)
+                    if bool(p.any()):
+                        p.mul_(1 + 0.1 * noise)
+                    else:
+                        p.copy_(1 + 0.1 * noise)
                 elif constant or (p.numel() == 1 and float(p) == 0.0):
                     value = float(p.reshape(-1)[0])
                     if value == 0.0:

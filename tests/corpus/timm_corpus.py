@@ -54,15 +54,11 @@ def _undegenerate_tokens(model: torch.nn.Module) -> None:
                     p.copy_(TOKEN_STD * torch.randn(p.shape, generator=gen))
 
 
-def _undegenerate_inits(model: torch.nn.Module) -> None:
-    """Res-post-norm LN weights that timm starts at zero (Swin V2) become ones, and heads that timm
-    scales down (BEiT's head_init_scale 1e-3) get a fan-in draw: perturb() only multiplies norm
-    weights (zero stays zero), and a 1e-5 head makes the logits the head bias for every image."""
+def _undegenerate_heads(model: torch.nn.Module) -> None:
+    """Heads that timm scales down (BEiT's head_init_scale 1e-3) get a fan-in draw: a 1e-5 head
+    makes the logits the head bias for every image. (Zero-initialised norm weights, Swin V2's
+    res-post-norms, are prepare()'s: corpus_lib.perturb gives them 1 + noise.)"""
     with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, (torch.nn.LayerNorm, torch.nn.GroupNorm)) and mod.weight is not None:
-                if not bool(mod.weight.any()):
-                    mod.weight.fill_(1.0)
         heads = model.get_classifier() if hasattr(model, "get_classifier") else ()
         for head in heads if isinstance(heads, tuple) else (heads,):
             if isinstance(head, torch.nn.Linear) and float(head.weight.std()) < 1e-2:
@@ -72,7 +68,7 @@ def _undegenerate_inits(model: torch.nn.Module) -> None:
 
 def _sample(model: torch.nn.Module, *shape: int) -> Sample:
     _undegenerate_tokens(model)
-    _undegenerate_inits(model)
+    _undegenerate_heads(model)
     spec = "x".join(str(d) for d in shape) + ":float32"
     return Sample(model, inputs=(image(*shape),), specs=[spec], input_names=["image"],
                   output_names=["logits"])

@@ -2,8 +2,11 @@
 
 Every torchvision model family that has LayerNorms (ViT, Swin, Swin V2, ConvNeXt, MaxViT) is here,
 ViT twice (patch conv and the conv-stem variant). The classes are instantiated directly, so nothing
-is downloaded; the constructor arguments used exist unchanged since torchvision 0.15, and the
-builders marked old=True were traced under torch 2.0.1 + torchvision 0.15.2 as well.
+is downloaded; the constructor arguments used exist unchanged since torchvision 0.15 (their author
+traced them under torch 2.0.1 + torchvision 0.15.2 once, with vision_check.py --old in a separate
+venv). None is marked old=True: the driver's "old" environment keeps the venv's torch 2.11, and
+torchvision's versions are tied to torch's, so it runs the same torchvision 0.26 as "main" and a
+second trace there would repeat the first, not test an older API.
 Stochastic depth is 0 everywhere: in eval it is an identity anyway, and p=0 keeps the trace free
 of the op. Each docstring says what the method predicts ("predict k of n": LayerNorm modules the
 full method folds exactly), read from torchvision's code.
@@ -30,7 +33,7 @@ def _vit(patch_size: int = 8, **extra) -> torch.nn.Module:
                              mlp_dim=64, num_classes=NUM_CLASSES, **extra)
 
 
-@architecture("tv-vit_b_16", library="torchvision", family="ViT", old=True)
+@architecture("tv-vit_b_16", library="torchvision", family="ViT")
 def _vit_b_16() -> Sample:
     """VisionTransformer (vit_b_16's class, tiny): conv_proj patch embed, class token, position
     table, pre-LN encoder blocks with nn.MultiheadAttention (traced as the fused
@@ -61,7 +64,7 @@ def _swin(v2: bool) -> torch.nn.Module:
                            window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=NUM_CLASSES, **extra)
 
 
-@architecture("tv-swin_t", library="torchvision", family="hierarchical", old=True)
+@architecture("tv-swin_t", library="torchvision", family="hierarchical")
 def _swin_t() -> Sample:
     """SwinTransformer (swin_t's class, tiny): conv patch embed + LN (features.0), shifted-window
     attention blocks, PatchMerging (2x2 slices concatenated along C, LN over 4C, linear without
@@ -71,7 +74,7 @@ def _swin_t() -> Sample:
     return _sample(_swin(v2=False), 32)
 
 
-@architecture("tv-swin_v2_t", library="torchvision", family="hierarchical", old=True)
+@architecture("tv-swin_v2_t", library="torchvision", family="hierarchical")
 def _swin_v2_t() -> Sample:
     """SwinTransformer with SwinTransformerBlockV2 and PatchMergingV2 (swin_v2_t's classes, tiny):
     res-post-norm blocks `x + norm(attn(x))`, cosine attention, continuous position bias MLP,
@@ -81,7 +84,7 @@ def _swin_v2_t() -> Sample:
     return _sample(_swin(v2=True), 32)
 
 
-@architecture("tv-convnext", library="torchvision", family="LayerScale", old=True)
+@architecture("tv-convnext", library="torchvision", family="LayerScale")
 def _convnext() -> Sample:
     """ConvNeXt (convnext_tiny's class, tiny block settings): conv stem + LayerNorm2d, CNBlocks
     (depthwise 7x7 conv, permute, LN, linear, GELU, linear, permute, layer_scale), downsampling
@@ -94,7 +97,7 @@ def _convnext() -> Sample:
                             layer_scale=LAYER_SCALE, num_classes=NUM_CLASSES), 32)
 
 
-@architecture("tv-maxvit", library="torchvision", family="hierarchical", old=True)
+@architecture("tv-maxvit", library="torchvision", family="hierarchical")
 def _maxvit() -> Sample:
     """MaxVit (maxvit_t's class, tiny): conv+BN stem, per block an MBConv (BN, GELU, depthwise conv,
     squeeze-excitation) then block attention and grid attention, each a pre-LN attention and a

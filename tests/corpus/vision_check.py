@@ -11,8 +11,9 @@ driver does that).
 
 Exit status 1 when any architecture fails a check or foldnorm fails on its trace.
 
-The old=True builders were run (--old) under torch 2.0.1 + torchvision 0.15.2 + timm 0.9.16 (+ numpy<2),
-the oldest pair with CPython 3.11 wheels on PyPI (torchvision 0.14 has none); `pip install` of those
+The old=True builders (then including the torchvision ones, unmarked since: the driver's old
+environment keeps torch 2.11, see tv_corpus.py) were run (--old) under torch 2.0.1 + torchvision
+0.15.2 + timm 0.9.16 (+ numpy<2), the oldest pair with CPython 3.11 wheels on PyPI (torchvision 0.14 has none); `pip install` of those
 pins into a fresh venv pulls the CUDA 11 wheels, about 4.4 GB. Every timm builder also builds under
 timm 0.9.16 with torch 2.11.
 """
