@@ -15,6 +15,7 @@ The model is never traced here: what runs is the library's Python code, so the o
 a bug with the trace or the tool.
 """
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -166,8 +167,12 @@ def maximal_entries(model: nn.Module, analysis: dict) -> List[Tuple[str, List[di
             continue
         if _MULTIPLICATIVE.search(name.rsplit(".", 1)[-1]) or p.shape[-1] < 2:
             continue
-        if name in dict(model.named_buffers()) and not re.search(r"pos|embed|table|token", name):
-            continue  # buffers are masks and statistics unless named like a table
+        # Buffers are masks and statistics unless their own name (the last component: not the
+        # module's, or patch_embed.bn.running_var would be "centered" into a negative variance)
+        # reads like a table.
+        if name in dict(model.named_buffers()) and not re.search(r"pos|embed|table|token",
+                                                                  name.rsplit(".", 1)[-1]):
+            continue
         entries.setdefault(name, []).append({"axis": p.dim() - 1, "groups": 1})
     for name, actions, _ in plan_entries(analysis):
         for a in actions:
@@ -222,7 +227,13 @@ class NormPatch:
         mean = x.mean(dim=dims)
         rms = x.pow(2).mean(dim=dims).sqrt()
         value = (mean.abs() / rms.clamp_min(1e-300)).max().item()
-        self.stats[name] = max(self.stats.get(name, 0.0), value)
+        previous = self.stats.get(name, 0.0)
+        if math.isnan(value) or math.isnan(previous):
+            # max(0.0, nan) is 0.0, which would read as "mean-zero": a NaN input (a plan that broke
+            # the model) is unmeasured, so it confirms nothing.
+            self.stats[name] = math.nan
+            return
+        self.stats[name] = max(previous, value)
 
     def __enter__(self):
         original = F.layer_norm
