@@ -5,6 +5,7 @@
 // claimed axes must vanish. A second test fails when a registry rule has no row.
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -75,10 +76,15 @@ Tagged findTagged(const Analyzed& a, const std::string& tag) {
   return {};
 }
 
+std::string factorText(const std::optional<AxisFactor>& f) {  // " f(axis,size,stride)"
+  if (!f) return "";
+  return " f(" + std::to_string(f->axis) + "," + std::to_string(f->size) + "," + std::to_string(f->stride) + ")";
+}
+
 std::string describe(const MeanZeroFact& f) {
   switch (f.state) {
     case MeanZeroFact::State::Unknown: return "none";
-    case MeanZeroFact::State::MeanZero: return "mean-zero " + toString(f.axes);
+    case MeanZeroFact::State::MeanZero: return "mean-zero " + toString(f.axes) + factorText(f.factor);
     case MeanZeroFact::State::Broken: return "broken";
   }
   return "?";
@@ -89,16 +95,48 @@ std::string describe(const ShiftOutcome& o) {
     case ShiftOutcome::Kind::Absorbed: return "absorbed";
     case ShiftOutcome::Kind::Ignored: return "ignored";
     case ShiftOutcome::Kind::Unsafe: return "unsafe";
-    case ShiftOutcome::Kind::Passed: return "passed " + (o.outputs.empty() ? std::string("-") : toString(o.outputs[0].second));
+    case ShiftOutcome::Kind::Passed:
+      if (o.outputs.empty()) return "passed -";
+      for (const auto& [v, f] : o.factors)
+        if (v == o.outputs[0].first) return "passed " + toString(o.outputs[0].second) + factorText(f);
+      return "passed " + toString(o.outputs[0].second);
   }
   return "?";
 }
 
-AxisSet parseAxes(const std::string& s) {  // "{0,2}"
+AxisSet parseAxes(const std::string& s) {  // "{0,2}", optionally followed by " f(...)"
   AxisSet out;
-  std::istringstream is(s.substr(1, s.size() - 2));
+  std::istringstream is(s.substr(1, s.find('}') - 1));
   for (std::string item; std::getline(is, item, ',');) out.insert(std::stoll(item));
   return out;
+}
+
+std::optional<AxisFactor> parseFactor(const std::string& s) {  // "{} f(axis,size,stride)"
+  auto at = s.find("f(");
+  if (at == std::string::npos) return std::nullopt;
+  AxisFactor f;
+  char comma = 0;
+  std::istringstream is(s.substr(at + 2));
+  is >> f.axis >> comma >> f.size >> comma >> f.stride;
+  return f;
+}
+
+/// The float64 claim of a fact with a factor: axis `a` of length n viewed as [n/(s*k), s, k],
+/// the mean taken over the factor's digit and the other mean-zero axes.
+double factoredRelativeMean(const at::Tensor& t, const AxisSet& axes, const AxisFactor& f) {
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  std::vector<int64_t> split;
+  AxisSet dims;
+  for (int64_t a = 0; a < int64_t(shape.size()); ++a) {
+    if (a == f.axis) {
+      split.insert(split.end(), {shape[a] / (f.size * f.stride), f.size, f.stride});
+      dims.insert(int64_t(split.size()) - 2);
+      continue;
+    }
+    split.push_back(shape[a]);
+    if (axes.contains(a)) dims.insert(int64_t(split.size()) - 1);
+  }
+  return test::relativeMean(t.reshape(split), dims);
 }
 
 // Boolean masks from the arbitrary input %u: %rows selects whole rows, %elems single elements.
@@ -112,6 +150,10 @@ const std::string kRowMasks =
 const std::string kConv =
     "  %cs : int[] = prim::Constant[value=[1, 1]]()\n  %cp : int[] = prim::Constant[value=[0, 0]]()\n"
     "  %cv : Tensor = aten::conv2d(%img, %cw, %b, %cs, %cp, %cs, %one)\n";
+
+// %y transposed to [2,8,3] (mean-zero along axis 1) and the shape that merges that axis into the first.
+const std::string kMerged =
+    "  %yt : Tensor = aten::transpose(%y, %one, %two)\n  %s16 : int[] = prim::Constant[value=[16, 3]]()\n";
 
 struct Row {
   std::string rule;
@@ -173,6 +215,18 @@ const std::vector<Row>& rows() {
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
     {"permute", "  %p : int[] = prim::Constant[value=[0, 2, 1]]()\n  %h : Tensor = aten::permute(%y, %p)\n",
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
+    // Merged and split axes (MobileViT's unfold): %yt [2,8,3] is mean-zero along axis 1; as
+    // [16,3] that axis is the factor (i / 1) % 8 of axis 0, a shift constant along it too; the
+    // factor moves with a transpose and becomes a whole axis again when split out.
+    {"view", kMerged + "  %h : Tensor = aten::reshape(%yt, %s16)\n", "h", "mean-zero {0} f(0,8,1)", 0, "{1}", "passed {} f(0,8,1)"},
+    {"permute", kMerged + "  %m : Tensor = aten::reshape(%yt, %s16)\n  %h : Tensor = aten::transpose(%m, %zero, %one)\n",
+     "h", "mean-zero {1} f(1,8,1)", 0, "{} f(0,8,1)", "passed {} f(1,8,1)"},
+    {"view", kMerged + "  %m : Tensor = aten::reshape(%yt, %s16)\n  %s2 : int[] = prim::Constant[value=[2, 8, 3]]()\n"
+             "  %h : Tensor = aten::reshape(%m, %s2)\n", "h", "mean-zero {1}", 0, "{} f(0,8,1)", "passed {1}"},
+    // Split across two dims ([2,8,3] -> [4,12]: each row holds half of the 8): no factor, the
+    // coarse group of both.
+    {"view", kMerged + "  %s4 : int[] = prim::Constant[value=[4, 12]]()\n  %h : Tensor = aten::reshape(%yt, %s4)\n",
+     "h", "mean-zero {0,1}", 0, "{1}", "passed {}"},
     {"expand", "  %s : int[] = prim::Constant[value=[2, 2, 3, 8]]()\n  %h : Tensor = aten::expand(%y, %s, %f)\n",
      "h", "mean-zero {3}", 0, "{2}", "passed {0,3}"},
     {"slice", "  %h : Tensor = aten::select(%y, %one, %zero)\n", "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
@@ -298,12 +352,14 @@ TEST_CASE("the rule table: each rule's fact and shift outcome on a tagged IR sni
       // vanishes, and the value itself does not (nor is the check empty).
       auto value = test::value64(a, tagged.value, fact.leaves);
       CHECK(test::relativeMean(value, fact.axes) < 1e-12);
+      if (fact.factor) CHECK(factoredRelativeMean(value, fact.axes, *fact.factor) < 1e-12);
       CHECK(value.abs().max().item<double>() > 1e-3);
     }
   } else {
     CHECK(row.fact == "none");
   }
-  auto outcome = rule.shift(ShiftInput{g, tagged.node, std::size_t(row.shiftSlot), parseAxes(row.shiftAxes)});
+  auto outcome = rule.shift(
+      ShiftInput{g, tagged.node, std::size_t(row.shiftSlot), parseAxes(row.shiftAxes), parseFactor(row.shiftAxes)});
   CHECK(describe(outcome) == row.shift);
 }
 

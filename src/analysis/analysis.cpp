@@ -106,9 +106,10 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
     queue.pop_front();
     ++check.visited;
     AxisSet axes = *shift.constantAxes(v);
+    auto factor = shift.constantFactor(v);
     for (const auto& use : g.value(v).uses) {
       const auto& rule = ruleFor(g, use.node);
-      auto outcome = rule.shift(ShiftInput{g, use.node, use.slot, axes});
+      auto outcome = rule.shift(ShiftInput{g, use.node, use.slot, axes, factor});
       switch (outcome.kind) {
         case ShiftOutcome::Kind::Absorbed: absorbers.insert(use.node); break;
         case ShiftOutcome::Kind::Ignored: break;
@@ -137,7 +138,10 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
         case ShiftOutcome::Kind::Passed:
           for (const auto& [out, outAxes] : outcome.outputs) {
             bool first = !shift.reaches(out);
-            if (shift.join(out, outAxes)) {
+            std::optional<AxisFactor> outFactor;
+            for (const auto& [fv, f] : outcome.factors)
+              if (fv == out) outFactor = f;
+            if (shift.join(out, outAxes, outFactor)) {
               if (first) parent[out] = {v, use.node};
               queue.push_back(out);
             }

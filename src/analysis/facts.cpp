@@ -69,6 +69,18 @@ MeanZeroFact MeanZeroFact::meanZero(AxisSet axes, std::vector<LeafId> leaves, st
   return f;
 }
 
+MeanZeroFact MeanZeroFact::meanZero(AxisSet axes, std::optional<AxisFactor> factor, std::vector<LeafId> leaves,
+                                    std::string rule) {
+  if (factor) axes.insert(factor->axis);
+  MeanZeroFact f = meanZero(axes, std::move(leaves), std::move(rule));
+  f.factor = factor;
+  return f;
+}
+
+std::ostream& operator<<(std::ostream& os, const AxisFactor& f) {
+  return os << "factor " << f.size << " (stride " << f.stride << ") of axis " << f.axis;
+}
+
 MeanZeroFact MeanZeroFact::broken(NodeId breaker, std::string reason, std::string rule) {
   MeanZeroFact f;
   f.state = State::Broken;
@@ -91,7 +103,9 @@ std::ostream& operator<<(std::ostream& os, const MeanZeroFact& f) {
   switch (f.state) {
     case MeanZeroFact::State::Unknown: return os << "unknown";
     case MeanZeroFact::State::MeanZero: {
-      os << "mean-zero along " << f.axes << " by centering leaves [";
+      os << "mean-zero along " << f.axes;
+      if (f.factor) os << " (" << *f.factor << ")";
+      os << " by centering leaves [";
       for (std::size_t i = 0; i < f.leaves.size(); ++i) os << (i ? "," : "") << f.leaves[i];
       return os << "]";
     }
@@ -106,26 +120,48 @@ MeanZeroFact MeanZeroFact::join(const MeanZeroFact& a, const MeanZeroFact& b) {
   if (b.state == State::Broken) return b;
   std::vector<LeafId> leaves = a.leaves;
   leaves.insert(leaves.end(), b.leaves.begin(), b.leaves.end());
-  return meanZero(a.axes | b.axes, std::move(leaves), a.rule);
+  // Two factors are comparable only when they and the axes around them agree; otherwise the
+  // coarse union is the least both imply.
+  bool keep = a.factor && b.factor && *a.factor == *b.factor && a.axes == b.axes;
+  return meanZero(a.axes | b.axes, keep ? a.factor : std::nullopt, std::move(leaves), a.rule);
 }
 
 bool MeanZeroFact::operator==(const MeanZeroFact& o) const {
   if (state != o.state) return false;
   switch (state) {
     case State::Unknown: return true;
-    case State::MeanZero: return axes == o.axes && leaves == o.leaves;
+    case State::MeanZero: return axes == o.axes && factor == o.factor && leaves == o.leaves;
     case State::Broken: return breaker == o.breaker && reason == o.reason && blamed == o.blamed;
   }
   return false;
 }
 
-bool ShiftFact::join(ValueId v, AxisSet axes) {
+bool ShiftFact::join(ValueId v, AxisSet axes, std::optional<AxisFactor> factor) {
+  // A factor of an axis that is constant as a whole says nothing more.
+  if (factor && axes.contains(factor->axis)) factor.reset();
   auto [it, inserted] = axes_.emplace(v, axes);
-  if (inserted) return true;
+  if (inserted) {
+    if (factor) factors_[v] = *factor;
+    return true;
+  }
+  bool changed = false;
+  auto f = factors_.find(v);
+  if (f != factors_.end() && (!factor || *factor != f->second)) {
+    factors_.erase(f);
+    changed = true;
+  }
   auto met = it->second & axes;
-  if (met == it->second) return false;
-  it->second = met;
-  return true;
+  if (met != it->second) {
+    it->second = met;
+    changed = true;
+  }
+  return changed;
+}
+
+std::optional<AxisFactor> ShiftFact::constantFactor(ValueId v) const {
+  auto it = factors_.find(v);
+  if (it == factors_.end()) return std::nullopt;
+  return it->second;
 }
 
 const AxisSet* ShiftFact::constantAxes(ValueId v) const {
@@ -138,6 +174,7 @@ std::ostream& operator<<(std::ostream& os, const ShiftFact& f) {
   bool first = true;
   for (const auto& [v, axes] : f.axes_) {
     os << (first ? "" : ", ") << "%" << v << " const along " << axes;
+    if (auto it = f.factors_.find(v); it != f.factors_.end()) os << " and " << it->second;
     first = false;
   }
   return os << "}";

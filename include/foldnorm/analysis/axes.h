@@ -32,6 +32,24 @@ std::vector<std::pair<AxisSet, AxisSet>> viewGroups(const std::vector<int64_t>& 
 AxisSet mapMeanZeroThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes);
 /// Constant along `axes` of `in` -> axes of `out` along which it stays constant (whole groups).
 AxisSet mapConstantThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out, AxisSet axes);
+/// Axes plus, optionally, a factor of one axis: a fact's frame as the reshape rule moves it.
+struct FactoredAxes {
+  AxisSet axes;
+  std::optional<AxisFactor> factor;
+};
+/// Mean-zero along `from` (the factor's axis in `from.axes`, facts.h) of `in` -> the fact on
+/// `out`: exact when the mean-zero part is one block of the row-major index (a run of whole
+/// axes, or the factor) and that block is whole axes of `out` or a factor of one of them;
+/// otherwise mapMeanZeroThroughView's coarse union of groups (no factor).
+FactoredAxes mapFactoredMeanZeroThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                            const FactoredAxes& from);
+/// Constant along `from` (the factor's axis not in `from.axes`) of `in` -> along what of `out`:
+/// mapConstantThroughView's groups, plus every axis of `out` inside a constant block, plus a
+/// factor of `out` when a constant block lies inside one axis.
+FactoredAxes mapFactoredConstantThroughView(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                            const FactoredAxes& from);
+/// A factor is well formed on `shape`: its axis exists and its length is a multiple of size * stride.
+bool validFactor(const std::vector<int64_t>& shape, const AxisFactor& f);
 /// Right-aligned broadcasting of an operand of rank `from` into rank `to`.
 AxisSet alignAxes(AxisSet axes, int64_t from, int64_t to);
 /// Removes axis `dim`, shifting later axes down (select, unbind, reductions without keepdim).

@@ -9,11 +9,25 @@
 //    that is constant along these axes", per value it reaches. An absorber (LayerNorm over axes within the set,
 //    softmax over an axis within it) removes it; anything that is neither absorber nor
 //    shift-passing op sees a changed value, and the leaf is unsafe.
+//
+// Factors of merged dims. A reshape can merge the normalized axis with others and split it out
+// again later (MobileViT's unfold: [B,C,H,W] -> [B*C*nh, ph, nw, pw] -> transpose ->
+// [B, C, N, P] -> ...). Between the two reshapes C is no whole axis, only a factor of one: the
+// digit (i / stride) % size of axis `axis`'s index i (row-major). Both facts may carry one such
+// AxisFactor as a refinement, and both are sound without it, so a rule that knows nothing of
+// factors may drop it (every fact built by MeanZeroFact::meanZero has none):
+//  - MeanZeroFact: `axes` stays the coarse claim and contains the factor's axis; the factor says
+//    more: the sum over the factor's digit and the other axes of `axes` is already zero.
+//  - ShiftFact: the change is constant along `axes` and, besides, along the factor's digit of an
+//    axis not in `axes`.
+// Only the reshape and permute rules (rules/axis.cpp) read and write factors; the mapping of
+// axes and factors through a reshape is in axes.h.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +64,17 @@ std::ostream& operator<<(std::ostream& os, const AxisSet& s);
 std::string toString(const AxisSet& s);
 
 using LeafId = std::size_t;
+
+/// The digit (i / stride) % size of the index i along `axis`; valid on a dim of length n when
+/// n is a multiple of size * stride.
+struct AxisFactor {
+  int64_t axis = 0;
+  int64_t size = 1;
+  int64_t stride = 1;
+  bool operator==(const AxisFactor& o) const { return axis == o.axis && size == o.size && stride == o.stride; }
+  bool operator!=(const AxisFactor& o) const { return !(*this == o); }
+};
+std::ostream& operator<<(std::ostream& os, const AxisFactor& f);
 
 /// How a parameter is centered: subtract its mean along `axis`, separately within each of
 /// `groups` equal blocks of that axis (grouped convolutions), in float64, cast back.
@@ -92,6 +117,7 @@ struct MeanZeroFact {
   enum class State { Unknown, MeanZero, Broken };
   State state = State::Unknown;
   AxisSet axes;                  // MeanZero: along which (smallest set)
+  std::optional<AxisFactor> factor;  // MeanZero: finer, along this factor of an axis of `axes`
   std::vector<LeafId> leaves;    // MeanZero: sorted, unique
   NodeId breaker = kNone;        // Broken: the node that broke it (may be upstream)
   std::string reason;            // Broken: why, in words
@@ -99,13 +125,17 @@ struct MeanZeroFact {
   std::string rule;              // the rule that produced this fact (provenance, not compared)
 
   static MeanZeroFact meanZero(AxisSet axes, std::vector<LeafId> leaves, std::string rule);
+  /// The same, refined by a factor (its axis is added to `axes`, the coarse claim).
+  static MeanZeroFact meanZero(AxisSet axes, std::optional<AxisFactor> factor, std::vector<LeafId> leaves,
+                               std::string rule);
   static MeanZeroFact broken(NodeId breaker, std::string reason, std::string rule);
   static MeanZeroFact propagated(const MeanZeroFact& from, ValueId blamed, std::string rule);
   /// Least upper bound. Unknown is the identity; of two Broken facts the first is kept (it names
-  /// the breaker a report walks back to). The result's rule is `a`'s.
+  /// the breaker a report walks back to). The result's rule is `a`'s. A factor survives only
+  /// when both carry the same factor on the same axes.
   static MeanZeroFact join(const MeanZeroFact& a, const MeanZeroFact& b);
   bool isMeanZero() const { return state == State::MeanZero; }
-  /// Same lattice value: state, axes and leaves; for Broken also who broke it and why.
+  /// Same lattice value: state, axes, factor and leaves; for Broken also who broke it and why.
   bool operator==(const MeanZeroFact& o) const;
   bool operator!=(const MeanZeroFact& o) const { return !(*this == o); }
 };
@@ -118,19 +148,23 @@ std::ostream& operator<<(std::ostream& os, const MeanZeroFact& f);
 /// higher in the order; the empty set still means "changed, along no axis constant").
 class ShiftFact {
  public:
-  /// Meets `axes` into the fact of `v` (the first arrival sets it). True when `v`'s fact changed,
-  /// i.e. when its consumers must be visited (again).
-  bool join(ValueId v, AxisSet axes);
+  /// Meets `axes` (and `factor`) into the fact of `v` (the first arrival sets it). A factor
+  /// survives only when every path brings the same one. True when `v`'s fact changed, i.e. when
+  /// its consumers must be visited (again).
+  bool join(ValueId v, AxisSet axes, std::optional<AxisFactor> factor = std::nullopt);
   /// The axes along which `v` changes by a constant, nullptr when `v` is not changed.
   const AxisSet* constantAxes(ValueId v) const;
+  /// Besides those axes, the factor of another axis along which `v`'s change is constant.
+  std::optional<AxisFactor> constantFactor(ValueId v) const;
   bool reaches(ValueId v) const { return constantAxes(v) != nullptr; }
   std::size_t size() const { return axes_.size(); }
-  bool operator==(const ShiftFact& o) const { return axes_ == o.axes_; }
+  bool operator==(const ShiftFact& o) const { return axes_ == o.axes_ && factors_ == o.factors_; }
   bool operator!=(const ShiftFact& o) const { return !(*this == o); }
   friend std::ostream& operator<<(std::ostream& os, const ShiftFact& f);
 
  private:
   std::map<ValueId, AxisSet> axes_;
+  std::map<ValueId, AxisFactor> factors_;  // only values whose every path brought this factor
 };
 
 }  // namespace foldnorm

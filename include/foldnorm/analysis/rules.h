@@ -21,6 +21,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,12 +61,14 @@ class MeanZeroContext {
   const std::string& rule_;
 };
 
-/// A shift (constant along `axes`) arrives at input `slot` of `node`.
+/// A shift (constant along `axes`, and along `factor` of another axis when it has one) arrives
+/// at input `slot` of `node`. Only rules that move factors read `factor` (facts.h).
 struct ShiftInput {
   const Graph& graph;
   NodeId node;
   std::size_t slot;
   AxisSet axes;
+  std::optional<AxisFactor> factor = std::nullopt;
 };
 
 struct ShiftOutcome {
@@ -73,12 +76,14 @@ struct ShiftOutcome {
   Kind kind = Kind::Unsafe;
   std::vector<std::pair<ValueId, AxisSet>> outputs;  // Passed: shifted outputs, constant along
   std::string why;                                   // Absorbed/Unsafe: in words
+  std::vector<std::pair<ValueId, AxisFactor>> factors;  // Passed: outputs constant along a factor too
 
-  static ShiftOutcome absorbed(std::string why) { return {Kind::Absorbed, {}, std::move(why)}; }
-  static ShiftOutcome ignored() { return {Kind::Ignored, {}, {}}; }
-  static ShiftOutcome unsafe(std::string why) { return {Kind::Unsafe, {}, std::move(why)}; }
-  static ShiftOutcome passed(std::vector<std::pair<ValueId, AxisSet>> outs) {
-    return {Kind::Passed, std::move(outs), {}};
+  static ShiftOutcome absorbed(std::string why) { return {Kind::Absorbed, {}, std::move(why), {}}; }
+  static ShiftOutcome ignored() { return {Kind::Ignored, {}, {}, {}}; }
+  static ShiftOutcome unsafe(std::string why) { return {Kind::Unsafe, {}, std::move(why), {}}; }
+  static ShiftOutcome passed(std::vector<std::pair<ValueId, AxisSet>> outs,
+                             std::vector<std::pair<ValueId, AxisFactor>> factors = {}) {
+    return {Kind::Passed, std::move(outs), {}, std::move(factors)};
   }
 };
 

@@ -15,9 +15,9 @@ void viewMz(MeanZeroContext& ctx) {
   const auto* in = shapeOf(g, n.inputs.at(0));
   const auto* out = shapeOf(g, n.outputs.at(0));
   if (!in || !out) { ctx.breakHere("shapes were not recorded"); return; }
-  auto axes = mapMeanZeroThroughView(*in, *out, f.axes);
-  if (axes.empty()) { ctx.breakHere("the reshape drops the mean-zero axes"); return; }
-  ctx.set(0, MeanZeroFact::meanZero(axes, f.leaves, ctx.rule()));
+  auto mapped = mapFactoredMeanZeroThroughView(*in, *out, {f.axes, f.factor});
+  if (mapped.axes.empty()) { ctx.breakHere("the reshape drops the mean-zero axes"); return; }
+  ctx.set(0, MeanZeroFact::meanZero(mapped.axes, mapped.factor, f.leaves, ctx.rule()));
 }
 
 ShiftOutcome viewShift(const ShiftInput& in) {
@@ -27,7 +27,10 @@ ShiftOutcome viewShift(const ShiftInput& in) {
   const auto* a = shapeOf(g, n.inputs.at(0));
   const auto* b = shapeOf(g, n.outputs.at(0));
   if (!a || !b) return unsafeSeen(in, "has unrecorded shapes");
-  return ShiftOutcome::passed({{n.outputs.at(0), mapConstantThroughView(*a, *b, in.axes)}});
+  auto mapped = mapFactoredConstantThroughView(*a, *b, {in.axes, in.factor});
+  std::vector<std::pair<ValueId, AxisFactor>> factors;
+  if (mapped.factor) factors.emplace_back(n.outputs.at(0), *mapped.factor);
+  return ShiftOutcome::passed({{n.outputs.at(0), mapped.axes}}, factors);
 }
 
 /// Output axis -> input axis for permute/transpose/t; nullopt when the dims are not constant.
@@ -64,19 +67,31 @@ AxisSet permuteAxes(const std::vector<int64_t>& perm, AxisSet axes) {
   return out;
 }
 
+/// A factor moves with its axis: the digit stays the same digit of the same index.
+std::optional<AxisFactor> permuteFactor(const std::vector<int64_t>& perm, std::optional<AxisFactor> f) {
+  if (!f) return std::nullopt;
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] == f->axis) return AxisFactor{int64_t(i), f->size, f->stride};
+  return std::nullopt;
+}
+
 void permuteMz(MeanZeroContext& ctx) {
   const auto& f = ctx.inputFact(0);
   if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
   auto perm = permutation(ctx.graph(), ctx.node());
   if (!perm) { ctx.breakHere("its dims are not constants"); return; }
-  ctx.set(0, MeanZeroFact::meanZero(permuteAxes(*perm, f.axes), f.leaves, ctx.rule()));
+  ctx.set(0, MeanZeroFact::meanZero(permuteAxes(*perm, f.axes), permuteFactor(*perm, f.factor), f.leaves,
+                                    ctx.rule()));
 }
 
 ShiftOutcome permuteShift(const ShiftInput& in) {
   if (in.slot != 0) return ShiftOutcome::ignored();
   auto perm = permutation(in.graph, in.graph.node(in.node));
   if (!perm) return unsafeSeen(in, "has non-constant dims");
-  return ShiftOutcome::passed({{in.graph.node(in.node).outputs.at(0), permuteAxes(*perm, in.axes)}});
+  auto out = in.graph.node(in.node).outputs.at(0);
+  std::vector<std::pair<ValueId, AxisFactor>> factors;
+  if (auto f = permuteFactor(*perm, in.factor)) factors.emplace_back(out, *f);
+  return ShiftOutcome::passed({{out, permuteAxes(*perm, in.axes)}}, factors);
 }
 
 
@@ -414,7 +429,11 @@ void addAxisRules(std::vector<Rule>& rules) {
   // view/reshape/flatten/squeeze/... (shapes from the recording run).
   //   mean-zero: along the union of the output groups (of equal element count) that hold a
   //              mean-zero input axis; a reshape that drops them, or unrecorded shapes, break.
-  //   shift:     constant along the output groups made only of constant input axes.
+  //              Exact instead when the mean-zero part is one block of the row-major index (a
+  //              run of whole axes or a factor, facts.h): whole output axes, or a factor of one
+  //              output axis when it was merged with others (MobileViT's unfold).
+  //   shift:     constant along the output groups made only of constant input axes, and along
+  //              every output axis (or factor of one) inside a constant block.
   t.add("view",
         {"aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten", "aten::unflatten",
          "aten::squeeze", "aten::unsqueeze", "aten::view_as", "aten::reshape_as",
@@ -423,8 +442,8 @@ void addAxisRules(std::vector<Rule>& rules) {
         "implies mean-zero along the whole group on the other side (shapes from the recording run)",
         viewMz, viewShift);
   // permute/transpose/t/swapaxes.
-  //   mean-zero: the axes permuted; non-constant dims break.
-  //   shift:     the axes permuted; non-constant dims see it.
+  //   mean-zero: the axes (and a factor with its axis) permuted; non-constant dims break.
+  //   shift:     the axes (and a factor with its axis) permuted; non-constant dims see it.
   t.add("permute", {"aten::permute", "aten::transpose", "aten::t", "aten::numpy_T", "aten::swapaxes"},
         "permutes and transposes move the mean-zero axes with them", permuteMz, permuteShift);
   // expand/expand_as/broadcast_to/repeat.
