@@ -9,7 +9,7 @@
 
 using namespace foldnorm;
 
-TEST_CASE("nested ModuleLists: every LayerNorm path is unique and is its weight's module", "[import][names]") {
+TEST_CASE("nested ModuleLists: every LayerNorm path is unique and is its weight's module", "[import][names][fixtures]") {
   const auto file = GENERATE(as<std::string>{}, "nested_module_lists.pt", "preln_logits_only.pt");
   INFO(file);
   REQUIRE(test::haveFixture(file));

@@ -2,6 +2,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 
 #include "command.h"
@@ -32,6 +33,24 @@ std::string firstLine(const std::string& s) {
   auto nl = s.find('\n', start);
   return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
 }
+
+// An error is one line on the terminal: control characters that a message quotes from a damaged
+// file (a carriage return read as a token, say) are written as escapes, not as line breaks.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') out += "; ";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += ' ';
+    else if (c < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,16 +77,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const foldnorm::SettingError& e) {
     // The core names the setting; the command line spells it as its flag.
-    std::cerr << "foldnorm: error: --" << e.setting() << ": " << e.what() << "\n";
+    std::cerr << "foldnorm: error: --" << e.setting() << ": " << printable(e.what()) << "\n";
     return 2;
   } catch (const foldnorm::Error& e) {
-    std::cerr << "foldnorm: error: " << e.what() << "\n";
+    std::cerr << "foldnorm: error: " << printable(e.what()) << "\n";
     return 2;
   } catch (const c10::Error& e) {
-    std::cerr << "foldnorm: error: " << firstLine(e.what_without_backtrace()) << "\n";
+    std::cerr << "foldnorm: error: " << printable(firstLine(e.what_without_backtrace())) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "foldnorm: error: " << firstLine(e.what()) << "\n";
+    std::cerr << "foldnorm: error: " << printable(firstLine(e.what())) << "\n";
     return 2;
   }
   return exitCode;
