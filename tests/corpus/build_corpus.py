@@ -40,6 +40,11 @@ OLD_EXTRA = ["huggingface_hub<1.0", "tokenizers<0.20"]
 OLD_KEY = "-".join(f"{k}{v}" for k, v in sorted(OLD_PINS.items()))
 BUILDER_MODULES = ["hf_corpus", "timm_corpus", "tv_corpus"]
 EXPECTATIONS = os.path.join(HERE, "expectations.json")
+# Rule gaps the oracle has shown and nobody has fixed yet: {env: {architecture: {LN: why}}}. A listed
+# LN may be an UNCONFIRMED KEEP (a fold the rules miss, never an unsafe fold); everything else about
+# that architecture is still checked, and a listed LN that the oracle confirms (or that folds) fails
+# the entry until it is taken off the list.
+KNOWN_GAPS = os.path.join(HERE, "known_gaps.json")
 FOLD_FILE_REL = 1e-5      # the saved float32 fold run in float32 against the eager model
 TRACE_REL = 1e-4          # the trace against the eager model, float32
 TIMEOUT_ANALYZE, TIMEOUT_FOLD = 300, 600
@@ -315,6 +320,36 @@ def load_expectations() -> dict:
         return json.load(f)
 
 
+def load_known_gaps() -> dict:
+    if not os.path.exists(KNOWN_GAPS):
+        return {}
+    with open(KNOWN_GAPS) as f:
+        return {env: archs for env, archs in json.load(f).items() if not env.startswith("_")}
+
+
+def check_known_gaps(name: str, env: str, result: dict, gaps: Dict[str, str]) -> int:
+    """An architecture with listed rule gaps: every failure must be an UNCONFIRMED KEEP of a listed
+    LN, and every listed LN must still be one (a fixed gap is taken off the list)."""
+    prefix = "UNCONFIRMED KEEP "
+    unconfirmed = {msg[len(prefix):].split(" ", 1)[0]: msg for msg in result["failures"] if msg.startswith(prefix)}
+    status = 0
+    for msg in result["failures"]:
+        module = msg[len(prefix):].split(" ", 1)[0] if msg.startswith(prefix) else None
+        if module not in gaps:
+            print(f"{name} [{env}]: {msg}")
+            status = 1
+    for module, why in sorted(gaps.items()):
+        if module in unconfirmed:
+            print(f"{name} [{env}]: known rule gap {module}: {why}")
+        else:
+            print(f"{name} [{env}]: {module} is listed in {KNOWN_GAPS} but is no longer an unconfirmed "
+                  f"KEEP: the gap is fixed; take it off the list and record the expectation")
+            status = 1
+    if status == 0:
+        print(f"{name} [{env}]: {len(gaps)} known rule gaps, everything else confirmed by the oracle")
+    return status
+
+
 def check_one(name: str, env: str, results_dir: str) -> int:
     """One ctest entry: the result exists, nothing failed, the verdicts equal the expectation."""
     path = os.path.join(results_dir, env, name + ".json")
@@ -326,6 +361,9 @@ def check_one(name: str, env: str, results_dir: str) -> int:
     if "absent" in result:
         print(f"{name} [{env}]: declared absent in this environment ({result['absent']})")
         return 0
+    gaps = load_known_gaps().get(env, {}).get(name, {})
+    if gaps:
+        return check_known_gaps(name, env, result, gaps)
     if result["failures"]:
         for msg in result["failures"]:
             print(f"{name} [{env}]: {msg}")
