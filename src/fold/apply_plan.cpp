@@ -1,0 +1,145 @@
+// Executing the plan's parameter part: centering (float64, cast back) and untie as planned.
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+#include <cstdarg>
+#include <cstdio>
+
+#include "fold_internal.h"
+
+namespace foldnorm::fold_detail {
+
+std::string strf(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  char buffer[1024];
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  return buffer;
+}
+
+GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel& reference) {
+  GraphTables t;
+  t.nodes.push_back(graph->param_node());
+  for (auto* v : graph->inputs()) t.values.push_back(v);
+  for (auto* n : graph->nodes()) {
+    t.nodes.push_back(n);
+    for (auto* v : n->outputs()) t.values.push_back(v);
+  }
+  t.nodes.push_back(graph->return_node());
+  if (t.nodes.size() != reference.nodes.size() || t.values.size() != reference.values.size())
+    throw std::logic_error("fold: the copy's graph does not match the analysed graph");
+  for (std::size_t i = 0; i < t.nodes.size(); ++i)
+    if (t.nodes[i]->kind() != reference.nodes[i]->kind())
+      throw std::logic_error("fold: node " + std::to_string(i) + " differs between copies");
+  return t;
+}
+
+namespace {
+
+/// Owner module and attribute name of a dotted attribute path.
+std::pair<jit::Module, std::string> ownerOf(jit::Module root, const std::string& path) {
+  jit::Module cur = root;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = path.find('.', start);
+    if (dot == std::string::npos) return {cur, path.substr(start)};
+    cur = cur.attr(path.substr(start, dot - start)).toModule();
+    start = dot + 1;
+  }
+}
+
+at::Tensor centered(const at::Tensor& t, const std::vector<CenterAction>& actions) {
+  at::NoGradGuard noGrad;
+  auto x = t.detach().to(at::kDouble);
+  for (const auto& a : actions) {
+    auto n = x.size(a.axis);
+    if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
+    auto moved = x.movedim(a.axis, -1).contiguous();
+    auto grouped = moved.reshape({-1, a.groups, n / a.groups});
+    grouped = grouped - grouped.mean(-1, /*keepdim=*/true);
+    x = grouped.reshape(moved.sizes()).movedim(-1, a.axis);
+  }
+  return x.to(t.scalar_type()).contiguous();
+}
+
+std::string sanitized(const std::string& path) {
+  std::string s = "foldnorm_centered_";
+  for (char c : path) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return s;
+}
+
+}  // namespace
+
+/// Centering and untie on a fresh module `m` (forward inlined in place).
+/// It executes the analysis' plan as it stands: the untie mode and the covered reads were
+/// decided there (ParameterPlan); nothing is re-derived here.
+void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, GraphTables& tables,
+                      const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report) {
+  const Graph& g = model.graph;
+  at::NoGradGuard noGrad;
+  auto redirectCoveredReads = [&](const ParameterPlan& plan, jit::Value* centeredValue) {
+    for (const auto& [read, node] : plan.coveredReads)
+      tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), centeredValue);
+  };
+
+  for (const auto& plan : analysis.plan) {
+    const auto& param = g.parameter(plan.param);
+    if (param.isConstant) {
+      auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
+      auto value = centered(constant->t(c10::attr::value), plan.actions);
+      if (plan.untieMode != UntieMode::RedirectReads) {
+        constant->t_(c10::attr::value, value);
+      } else {
+        auto* copy = graph->create(c10::prim::Constant);
+        copy->t_(c10::attr::value, value);
+        copy->output()->inferTypeFrom(value);
+        copy->insertBefore(constant);
+        redirectCoveredReads(plan, copy->output());
+      }
+    } else {
+      auto [owner, name] = ownerOf(m, param.path);
+      auto original = owner.attr(name).toTensor();
+      auto value = centered(original, plan.actions);
+      value.set_requires_grad(original.requires_grad());
+      switch (plan.untieMode) {
+        case UntieMode::InPlace:
+          original.detach().copy_(value);  // names sharing this storage are all centered
+          break;
+        case UntieMode::OwnAttribute:
+          owner.setattr(name, value);      // this name gets the copy; the other names keep the original
+          break;
+        case UntieMode::RedirectReads: {
+          // A new attribute on the root module (whose type is this model's alone).
+          auto fresh = sanitized(param.path);
+          while (m.hasattr(fresh)) fresh += "_";
+          if (param.isBuffer) m.register_buffer(fresh, value);
+          else m.register_parameter(fresh, value, false);
+          auto* self = graph->inputs().at(0);
+          auto* get = graph->createGetAttr(self, fresh);
+          get->output()->setType(c10::TensorType::get());
+          get->insertAfter(graph->param_node());
+          redirectCoveredReads(plan, get->output());
+          break;
+        }
+      }
+    }
+    if (report) {
+      report->centered.push_back(param.path);
+      if (plan.untie) {
+        report->untied.push_back(param.path);
+        report->untieBytes += plan.untieBytes;
+      }
+    }
+  }
+}
+
+void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
+               const AnalysisResult& analysis, FoldReport* report) {
+  auto tables = tablesFor(graph, *model.torch);
+  at::NoGradGuard noGrad;
+  centerParameters(m, graph, tables, model, analysis, report);
+  replaceLayerNorms(graph, tables, model, analysis, report);
+  jit::EliminateDeadCode(graph);
+}
+
+}  // namespace foldnorm::fold_detail

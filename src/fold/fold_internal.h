@@ -1,0 +1,48 @@
+// Internal to src/fold: the pieces of the TorchScript fold (see include/foldnorm/fold/fold.h).
+//   apply_plan.cpp     node/value tables, centering and untie of the planned parameters
+//   rewrite_norms.cpp  foldable LayerNorms -> foldnorm::rms_norm
+//   verify.cpp         original vs folded, float32 and float64
+//   fold.cpp           orchestration and the atomic save;  fold_report.cpp  text and JSON
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "foldnorm/fold/fold.h"
+#include "foldnorm/torch/torch_model.h"
+
+namespace foldnorm::fold_detail {
+
+namespace jit = torch::jit;
+
+/// printf-style formatting: fmt's headers here would be LibTorch's bundled copy, whose symbols
+/// the system libfmt does not have.
+std::string strf(const char* format, ...);
+
+/// Node and value tables of `graph` in the order the importer walked them, checked against the
+/// imported model's tables (same code, same inlining => same order).
+struct GraphTables {
+  std::vector<jit::Node*> nodes;    // by Node::origin
+  std::vector<jit::Value*> values;  // by ValueId
+};
+
+GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel& reference);
+
+/// Centers and unties the planned parameters of `m` (its forward inlined in place as `graph`).
+void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, GraphTables& tables,
+                      const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
+
+/// Replaces each foldable LayerNorm node by foldnorm::rms_norm (same inputs); records kept ones.
+void replaceLayerNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables,
+                       const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
+
+/// The whole rewrite: centerParameters, replaceLayerNorms, dead-code elimination.
+void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
+               const AnalysisResult& analysis, FoldReport* report);
+
+/// Runs original and folded (float32 on the options' device, and float64 copies) and compares.
+Verification verify(const ImportedModel& model, const AnalysisResult& analysis, const jit::Module& folded,
+                    const std::shared_ptr<jit::Graph>& foldedGraph, const FoldOptions& options);
+
+}  // namespace foldnorm::fold_detail

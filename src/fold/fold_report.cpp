@@ -1,0 +1,75 @@
+// The fold report as JSON (schema foldnorm-fold/1) and as text.
+#include <nlohmann/json.hpp>
+
+#include "fold_internal.h"
+
+namespace foldnorm {
+
+using fold_detail::strf;
+
+nlohmann::json toJson(const FoldReport& r) {
+  nlohmann::json j;
+  j["schema"] = "foldnorm-fold/1";
+  j["input"] = r.input;
+  j["folded"] = r.folded;
+  auto kept = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.kept.size(); ++i) kept.push_back({{"module", r.kept[i]}, {"reason", r.keptReasons[i]}});
+  j["kept"] = kept;
+  j["centered"] = r.centered;
+  j["untied"] = r.untied;
+  j["untie_bytes"] = r.untieBytes;
+  const auto& v = r.verification;
+  nlohmann::json vj{{"ran", v.ran}};
+  if (v.ran) {
+    vj["device"] = v.device;
+    vj["input_sets"] = v.runs;
+    vj["float64_equivalent"] = v.float64Equivalent;
+    vj["predictions_unchanged"] = v.predictionsUnchanged;
+    vj["worst_relative_float64"] = v.worstRelative64;
+    vj["worst_relative_float32"] = v.worstRelative32;
+    auto checks = nlohmann::json::array();
+    for (const auto& c : v.checks) {
+      nlohmann::json cj{{"dtype", c.dtype}, {"output", c.output}, {"shape", c.shape},
+                        {"max_abs", c.maxAbs}, {"max_rel", c.maxRel}};
+      if (c.hasPredictions) cj["argmax_agreement"] = c.argmaxAgreement;
+      checks.push_back(cj);
+    }
+    vj["checks"] = checks;
+  }
+  j["verification"] = vj;
+  return j;
+}
+
+std::string toText(const FoldReport& r) {
+  std::string out;
+  if (r.folded.empty()) {
+    out += "nothing was folded: no LayerNorm is foldable (the output computes the input model's function)\n";
+  } else {
+    out += strf("folded %zu LayerNorm(s) into foldnorm::rms_norm; centered %zu parameter(s)", r.folded.size(),
+                r.centered.size());
+    if (!r.untied.empty())
+      out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
+    out += "\n";
+  }
+  for (std::size_t i = 0; i < r.kept.size(); ++i)
+    out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
+  const auto& v = r.verification;
+  if (!v.ran) {
+    out += "verification: skipped (not asked for)\n";
+    return out;
+  }
+  out += strf("verification on %s (%d input sets):\n", v.device.c_str(), v.runs);
+  out += strf("  %-8s %6s  %-24s %12s %12s  %s\n", "dtype", "output", "shape", "max abs", "max rel",
+              "argmax unchanged");
+  for (const auto& c : v.checks)
+    out += strf("  %-8s %6zu  %-24s %12.3e %12.3e  %s\n", c.dtype.c_str(), c.output, c.shape.c_str(), c.maxAbs,
+                c.maxRel, c.hasPredictions ? strf("%.2f%%", 100 * c.argmaxAgreement).c_str() : "-");
+  out += v.float64Equivalent
+             ? strf("float64: equivalent (worst relative error %.2e: float64 rounding)\n", v.worstRelative64)
+             : strf("float64: NOT equivalent (worst relative error %.2e): this is a bug\n", v.worstRelative64);
+  out += strf("float32: worst relative error %.2e; predictions %s\n", v.worstRelative32,
+              v.predictionsUnchanged ? "unchanged" : "CHANGED on some rows");
+  return out;
+}
+
+}  // namespace foldnorm
