@@ -23,7 +23,7 @@ namespace {
 const char* kPrelude =
     "graph(%x : Tensor, %u : Tensor, %img : Tensor, %ids : Tensor, %w : Tensor, %b : Tensor,\n"
     "      %emb : Tensor, %cw : Tensor, %pw : Tensor, %qkv_w : Tensor, %qkv_b : Tensor,\n"
-    "      %ln_w : Tensor, %ln_b : Tensor):\n"
+    "      %ln_w : Tensor, %ln_b : Tensor, %pos : Tensor):\n"
     "  %none : NoneType = prim::Constant()\n"
     "  %zero : int = prim::Constant[value=0]()\n"
     "  %one : int = prim::Constant[value=1]()\n"
@@ -41,7 +41,7 @@ IrModel rowModel(const std::string& body, const std::string& returned) {
           {spec("2x3x4"), spec("2x3x8"), spec("1x3x4x4"), spec("2x3:int64[0,10)")},
           {{"w", spec("8x4")}, {"b", spec("8")}, {"emb", spec("10x8")}, {"cw", spec("8x3x1x1")},
            {"pw", spec("8x8")}, {"qkv_w", spec("24x8")}, {"qkv_b", spec("24")}, {"ln_w", spec("8")},
-           {"ln_b", spec("8")}}};
+           {"ln_b", spec("8")}, {"pos", spec("1x8x4x4")}}};
 }
 
 /// The tagged value: "h" (the value the snippet returns), "name" (a graph input), "op:kind"
@@ -208,6 +208,10 @@ const std::vector<Row>& rows() {
     // b [8] is a parameter leaf along its axis 0 = axis 2 of the sum; its shift is constant along
     // the axes it is broadcast over too.
     {"add-sub", "  %h : Tensor = aten::add(%y, %b, %one)\n", "h", "mean-zero {2}", 1, "{0}", "passed {0,1,2}"},
+    // A position table [1,8,4,4] (a parameter leaf along its last axis) added to the conv output
+    // [1,8,4,4], mean-zero along the channels: the table is centered along the channels instead
+    // (PiT's pos_embed), so the sum is mean-zero along them alone.
+    {"add-sub", kConv + "  %h : Tensor = aten::add(%cv, %pos, %one)\n", "h", "mean-zero {1}", 1, "{1}", "passed {1}"},
     {"scale", "  %c : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::mul(%y, %c)\n",
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"identity", "  %h : Tensor = aten::neg(%y)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
