@@ -224,3 +224,45 @@ TEST_CASE("the solver on a graph of degenerate nodes answers with named reasons"
     CHECK_FALSE(v.explanation.empty());
   }
 }
+
+TEST_CASE("shuffles, fold and gather on shapes that do not fit their definition break, named", "[analysis][rules][robust]") {
+  // Each node has an input mean-zero along its channels but recorded shapes (or arguments) that
+  // the op could not have produced: the rule must not guess a frame from them.
+  struct Case {
+    std::string op;
+    std::vector<Operand> operands;
+    std::vector<int64_t> out;
+  };
+  const std::vector<Case> cases = {
+      {"aten::pixel_shuffle", {tensor(std::vector<int64_t>{1, 6, 4, 4}), intConst(2)}, {1, 1, 8, 8}},  // 6 % 4
+      {"aten::pixel_shuffle", {tensor(std::vector<int64_t>{1, 8, 4, 4}), intConst(2)}, {1, 2, 8, 8, 1}},  // rank
+      {"aten::pixel_unshuffle", {tensor(std::vector<int64_t>{1, 8, 5, 4}), intConst(2)}, {1, 32, 2, 2}},  // 5 % 2
+      {"aten::channel_shuffle", {tensor(std::vector<int64_t>{1, 9, 4}), intConst(2)}, {1, 9, 4}},  // 9 % 2
+      {"aten::pixel_shuffle", {tensor(std::vector<int64_t>{1, 8, 4, 4}), intConst(0)}, {1, 8, 4, 4}},  // r = 0
+      {"aten::col2im", {tensor(std::vector<int64_t>{1, 30, 9}), intList({4, 4}), intList({2, 2}), intList({1, 1}),
+                        intList({0, 0}), intList({1, 1})}, {1, 8, 4, 4}},  // 30 != 8 * 4
+      {"aten::col2im", {tensor(std::vector<int64_t>{1, 32, 9}), intList({4, 4}), intList({2}), intList({1, 1}),
+                        intList({0, 0}), intList({1, 1})}, {1, 8, 4, 4}},  // one kernel dim
+      {"aten::im2col", {tensor(std::vector<int64_t>{1, 8, 4, 4}), intList({2, 2}), intList({1, 1}), intList({0, 0}),
+                        intList({1, 1})}, {1, 30, 9}},
+      {"aten::gather", {tensor(std::vector<int64_t>{10, 8}), intConst(5), tensor(std::vector<int64_t>{3, 8}), boolConst(false)}, {3, 8}},
+      {"aten::take_along_dim", {tensor(std::vector<int64_t>{10, 8}), tensor(std::vector<int64_t>{3, 1, 1}), intConst(0)}, {3, 8, 1}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.op << " -> " << c.out.size() << " dims");
+    auto d = build(c.op, c.operands, {c.out});
+    const auto& n = d->g.node(d->node);
+    std::vector<MeanZeroFact> facts(d->g.valueCount());
+    facts[n.inputs[0]] = MeanZeroFact::meanZero(AxisSet::of({1}), {0}, "test");
+    std::vector<Leaf> leaves(1);
+    const auto& rule = ruleFor(d->g, d->node);
+    MeanZeroContext ctx(d->g, d->node, facts, leaves, rule.name);
+    rule.meanZero(ctx);
+    const auto& out = facts[n.outputs[0]];
+    CHECK(out.state == MeanZeroFact::State::Broken);
+    CHECK_FALSE(out.reason.empty());
+    auto shift = rule.shift(ShiftInput{d->g, d->node, 0, AxisSet::of({1})});
+    CHECK(shift.kind == ShiftOutcome::Kind::Unsafe);
+    CHECK_FALSE(shift.why.empty());
+  }
+}

@@ -23,7 +23,7 @@ namespace {
 const char* kPrelude =
     "graph(%x : Tensor, %u : Tensor, %img : Tensor, %ids : Tensor, %w : Tensor, %b : Tensor,\n"
     "      %emb : Tensor, %cw : Tensor, %pw : Tensor, %qkv_w : Tensor, %qkv_b : Tensor,\n"
-    "      %ln_w : Tensor, %ln_b : Tensor):\n"
+    "      %ln_w : Tensor, %ln_b : Tensor, %pos : Tensor):\n"
     "  %none : NoneType = prim::Constant()\n"
     "  %zero : int = prim::Constant[value=0]()\n"
     "  %one : int = prim::Constant[value=1]()\n"
@@ -41,7 +41,7 @@ IrModel rowModel(const std::string& body, const std::string& returned) {
           {spec("2x3x4"), spec("2x3x8"), spec("1x3x4x4"), spec("2x3:int64[0,10)")},
           {{"w", spec("8x4")}, {"b", spec("8")}, {"emb", spec("10x8")}, {"cw", spec("8x3x1x1")},
            {"pw", spec("8x8")}, {"qkv_w", spec("24x8")}, {"qkv_b", spec("24")}, {"ln_w", spec("8")},
-           {"ln_b", spec("8")}}};
+           {"ln_b", spec("8")}, {"pos", spec("1x8x4x4")}}};
 }
 
 /// The tagged value: "h" (the value the snippet returns), "name" (a graph input), "op:kind"
@@ -155,6 +155,21 @@ const std::string kConv =
 const std::string kMerged =
     "  %yt : Tensor = aten::transpose(%y, %one, %two)\n  %s16 : int[] = prim::Constant[value=[16, 3]]()\n";
 
+// im2col/col2im arguments: a 2x2 kernel, dilation and stride 1, no padding.
+const std::string kPatches =
+    "  %k : int[] = prim::Constant[value=[2, 2]]()\n  %d1 : int[] = prim::Constant[value=[1, 1]]()\n"
+    "  %p0 : int[] = prim::Constant[value=[0, 0]]()\n";
+
+// Row indices into the table emb [10,8]: %sel [3] (from the ids), %i1 [3,1], %ie [3,8] (%i1
+// expanded: constant along axis 1).
+const std::string kRowIndex =
+    "  %sel : Tensor = aten::select(%ids, %zero, %zero)\n  %i1 : Tensor = aten::unsqueeze(%sel, %one)\n"
+    "  %s38 : int[] = prim::Constant[value=[3, 8]]()\n  %ie : Tensor = aten::expand(%i1, %s38, %f)\n";
+// Zero indices (in range along the 8 features too): %iz [3,8], %sz [3].
+const std::string kZeroIndex =
+    "  %iz : Tensor = aten::zeros_like(%ie, %none, %none, %none, %none, %none)\n"
+    "  %sz : Tensor = aten::zeros_like(%sel, %none, %none, %none, %none, %none)\n";
+
 struct Row {
   std::string rule;
   std::string body;      // IR lines after the prelude
@@ -178,6 +193,9 @@ const std::vector<Row>& rows() {
     {"convolution", "  %s : int[] = prim::Constant[value=[1, 1]]()\n  %p : int[] = prim::Constant[value=[0, 0]]()\n"
                     "  %h : Tensor = aten::conv2d(%img, %cw, %b, %s, %p, %s, %one)\n",
      "h", "mean-zero {1}", 0, "{1}", "unsafe"},
+    {"convolution", "  %s : int[] = prim::Constant[value=[1, 1]]()\n  %same : str = prim::Constant[value=\"same\"]()\n"
+                    "  %h : Tensor = aten::_convolution_mode(%img, %cw, %b, %s, %same, %s, %one)\n",
+     "h", "mean-zero {1}", 0, "{1}", "unsafe"},
     {"multi-head-attention",
      "  %e : int = prim::Constant[value=8]()\n"
      "  %h : Tensor, %hw : Tensor = aten::_native_multi_head_attention(%u, %u, %u, %e, %two, %qkv_w, %qkv_b, %pw, %b, %none, %f, %t, %none)\n",
@@ -190,6 +208,10 @@ const std::vector<Row>& rows() {
     // b [8] is a parameter leaf along its axis 0 = axis 2 of the sum; its shift is constant along
     // the axes it is broadcast over too.
     {"add-sub", "  %h : Tensor = aten::add(%y, %b, %one)\n", "h", "mean-zero {2}", 1, "{0}", "passed {0,1,2}"},
+    // A position table [1,8,4,4] (a parameter leaf along its last axis) added to the conv output
+    // [1,8,4,4], mean-zero along the channels: the table is centered along the channels instead
+    // (PiT's pos_embed), so the sum is mean-zero along them alone.
+    {"add-sub", kConv + "  %h : Tensor = aten::add(%cv, %pos, %one)\n", "h", "mean-zero {1}", 1, "{1}", "passed {1}"},
     {"scale", "  %c : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::mul(%y, %c)\n",
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"identity", "  %h : Tensor = aten::neg(%y)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
@@ -268,12 +290,38 @@ const std::vector<Row>& rows() {
     // pooling along the mean-zero axis itself breaks
     {"average-pool", "  %k : int[] = prim::Constant[value=[2]]()\n  %p0 : int[] = prim::Constant[value=[0]]()\n"
                      "  %h : Tensor = aten::avg_pool1d(%y, %k, %k, %p0, %f, %t)\n", "h", "broken", 0, "{2}", "passed {}"},
-    {"to-channels", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1,2,3}", "passed {1,2,3}"},
-    {"to-channels", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1}", "passed {}"},
-    {"to-channels", kConv + "  %h : Tensor = aten::channel_shuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
-    {"to-channels", kConv + "  %k : int[] = prim::Constant[value=[2, 2]]()\n  %d1 : int[] = prim::Constant[value=[1, 1]]()\n"
-                    "  %p0 : int[] = prim::Constant[value=[0, 0]]()\n  %h : Tensor = aten::im2col(%cv, %k, %d1, %p0, %d1)\n",
-     "h", "mean-zero {1}", 0, "{1}", "unsafe"},
+    // Shuffles as view -> permute -> view: space-to-depth merges the 8 channels with the 2x2
+    // block into 32, the channel being the factor (i / 4) % 8; depth-to-space of all 8 channels
+    // spreads each pixel's channel sum over a block (coarse: all three axes); after
+    // space-to-depth it splits the channels out again whole.
+    {"shuffle", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1} f(1,8,4)", 0, "{1,2,3}", "passed {1,2,3}"},
+    {"shuffle", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1} f(1,8,4)", 0, "{1}", "passed {} f(1,8,4)"},
+    {"shuffle", kConv + "  %h : Tensor = aten::pixel_shuffle(%cv, %two)\n", "h", "mean-zero {1,2,3}", 0, "{1}", "passed {1} f(2,2,1)"},
+    {"shuffle", kConv + "  %pu : Tensor = aten::pixel_unshuffle(%cv, %two)\n  %h : Tensor = aten::pixel_shuffle(%pu, %two)\n",
+     "h", "mean-zero {1}", 0, "{} f(1,8,4)", "passed {1}"},
+    {"shuffle", kConv + "  %h : Tensor = aten::channel_shuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"shuffle", kConv + "  %h : Tensor = aten::native_channel_shuffle(%cv, %two)\n", "h", "mean-zero {1}", 0, "{2,3}", "passed {2,3}"},
+    // unfold (im2col, [1,8,4,4] -> [1,32,9]): entry c*4 + k is channel c of one pixel; fold
+    // (col2im) of those patches sums them back per channel, so the channels stay mean-zero ...
+    {"unfold", kConv + kPatches + "  %h : Tensor = aten::im2col(%cv, %k, %d1, %p0, %d1)\n", "h", "mean-zero {1} f(1,8,4)", 0, "{1}", "unsafe"},
+    {"fold", kConv + kPatches + "  %col : Tensor = aten::im2col(%cv, %k, %d1, %p0, %d1)\n"
+             "  %sz : int[] = prim::Constant[value=[4, 4]]()\n  %h : Tensor = aten::col2im(%col, %sz, %k, %d1, %p0, %d1)\n",
+     "h", "mean-zero {1}", 0, "{} f(1,8,4)", "passed {1}"},
+    // ... but a [1,8,16] mean-zero over the whole patch axis (K = 4, C = 2) folds into channels
+    // that need not be: other entries of the patch land on other pixels.
+    {"fold", kConv + kPatches + "  %s816 : int[] = prim::Constant[value=[1, 8, 16]]()\n  %v : Tensor = aten::view(%cv, %s816)\n"
+             "  %sz : int[] = prim::Constant[value=[5, 5]]()\n  %h : Tensor = aten::col2im(%v, %sz, %k, %d1, %p0, %d1)\n",
+     "h", "broken", 0, "{0,1}", "passed {0,1}"},
+    // gather/take_along_dim of a table (emb [10,8], a parameter leaf along its features): rows
+    // picked along dim 0 with an index constant along the features stay centered; an index
+    // varying along them, or gathering along them, breaks.
+    {"gather", kRowIndex + "  %h : Tensor = aten::gather(%emb, %zero, %ie, %f)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"gather", kRowIndex + "  %h : Tensor = aten::take_along_dim(%emb, %i1, %zero)\n", "h", "mean-zero {1}", 0, "{0,1}", "passed {0,1}"},
+    {"gather", kRowIndex + "  %h : Tensor = aten::gather(%emb, %zero, %ids, %f)\n", "h", "broken", 0, "{1}", "passed {}"},
+    {"gather", kRowIndex + kZeroIndex + "  %h : Tensor = aten::gather(%emb, %one, %iz, %f)\n", "h", "broken", 0, "{1}", "passed {1}"},
+    // index_select of the table along dim 0 is the slice rule: whole rows
+    {"slice", kRowIndex + "  %h : Tensor = aten::index_select(%emb, %zero, %sel)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"slice", kRowIndex + kZeroIndex + "  %h : Tensor = aten::index_select(%emb, %one, %sz)\n", "h", "broken", 0, "{1}", "passed {1}"},
     // baddbmm: softmax(u u^T) @ y + b, a weighted sum of mean-zero rows plus a centered bias
     {"baddbmm", "  %ut : Tensor = aten::transpose(%u, %one, %two)\n  %s : Tensor = aten::matmul(%u, %ut)\n"
                 "  %pr : Tensor = aten::softmax(%s, %m1, %none)\n  %h : Tensor = aten::baddbmm(%b, %pr, %y, %one, %one)\n",

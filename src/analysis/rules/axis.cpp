@@ -164,6 +164,78 @@ ShiftOutcome sliceShift(const ShiftInput& in) {
   return ShiftOutcome::passed(outs);
 }
 
+/// gather(x, dim, index) / take_along_dim(x, index, dim): out[p] = x[p with p_dim := index[p]].
+/// The index (slot) and dim of the node; nullopt for take_along_dim without a dim (flattened).
+struct Gather {
+  ValueId index = kNone;
+  int64_t dim = 0;
+};
+
+std::optional<Gather> gatherOf(const Graph& g, const Node& n) {
+  bool take = n.kind == "aten::take_along_dim";
+  if (n.inputs.size() < 3) return std::nullopt;
+  auto dim = dimArg(g, n.inputs.at(take ? 2 : 1), rankOf(g, n.inputs.at(0)));
+  if (!dim || rankOf(g, n.inputs.at(0)) != rankOf(g, n.outputs.at(0))) return std::nullopt;
+  return Gather{n.inputs.at(take ? 1 : 2), *dim};
+}
+
+/// The index takes the same value all along `axis` (of the output's rank): a size-1 axis
+/// (broadcast by take_along_dim) or an expand of a tensor of size 1 there.
+bool indexConstantAlong(const Graph& g, ValueId index, int64_t axis, int64_t rank) {
+  const auto* shape = shapeOf(g, index);
+  if (!shape || int64_t(shape->size()) != rank) return false;
+  if (shape->at(axis) == 1) return true;
+  auto p = g.value(index).producer;
+  if (p == kNone) return false;
+  const auto& e = g.node(p);
+  if (e.kind != "aten::expand" && e.kind != "aten::expand_as" && e.kind != "aten::broadcast_to") return false;
+  const auto* src = shapeOf(g, e.inputs.at(0));
+  if (!src || int64_t(src->size()) > rank) return false;
+  int64_t at = axis - (rank - int64_t(src->size()));
+  return at < 0 || src->at(at) == 1;
+}
+
+void gatherMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  const auto& f = ctx.inputFact(0);
+  if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
+  auto gather = gatherOf(g, n);
+  const auto* in = shapeOf(g, n.inputs.at(0));
+  const auto* out = shapeOf(g, n.outputs.at(0));
+  if (!gather || !in || !out) { ctx.breakHere("its dim is not a constant or its shapes were not recorded"); return; }
+  if (f.axes.contains(gather->dim)) {
+    ctx.breakHere("gathers along the mean-zero axis " + std::to_string(gather->dim) + ": picked entries of a mean-zero row need not sum to zero");
+    return;
+  }
+  // Along another axis a, a row of the output is a row of x only when the index is the same
+  // all along a (else each position reads another row) and spans the whole axis.
+  for (auto a : f.axes.axes())
+    if (a >= int64_t(out->size()) || out->at(a) != in->at(a) || !indexConstantAlong(g, gather->index, a, int64_t(out->size()))) {
+      ctx.breakHere("its index varies along (or does not span) the mean-zero axis " + std::to_string(a) +
+                    ", so an output row mixes rows of the input");
+      return;
+    }
+  ctx.set(0, MeanZeroFact::meanZero(f.axes, f.leaves, ctx.rule()));
+}
+
+ShiftOutcome gatherShift(const ShiftInput& in) {
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  if (in.slot != 0) return unsafeSeen(in, "uses the changed value as an index or a dim");
+  auto gather = gatherOf(g, n);
+  auto rank = rankOf(g, n.outputs.at(0));
+  if (!gather) return unsafeSeen(in, "has a non-constant dim or unrecorded ranks");
+  // Moving along a changes the read position along a and, through the index, along dim.
+  bool alongDim = in.axes.contains(gather->dim);
+  AxisSet axes;
+  for (int64_t a = 0; a < rank; ++a) {
+    bool indexSteady = alongDim || indexConstantAlong(g, gather->index, a, rank);
+    if (indexSteady && (a == gather->dim || in.axes.contains(a))) axes.insert(a);
+  }
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
+}
+
 /// Dims indexed by aten::index's list of optional index tensors; nullopt if not readable.
 
 std::optional<int64_t> lastIndexedDim(const Graph& g, const Node& n) {
@@ -461,6 +533,17 @@ void addAxisRules(std::vector<Rule>& rules) {
          "aten::tensor_split", "aten::unbind"},
         "taking parts along another axis keeps whole rows; a part along a mean-zero axis is not "
         "mean-zero", sliceMz, sliceShift);
+  // gather(x, dim, index), take_along_dim(x, index, dim) (a relative-position or bias table
+  // read per position; the table itself is a parameter leaf).
+  //   mean-zero: kept along the mean-zero axes when none is dim, the output spans each of them
+  //              and the index is constant along each (a size-1 or expanded axis); else breaks.
+  //   shift:     constant along dim when the index is constant along it or the shift is; along
+  //              another axis when the shift is and the index is constant along it (or the
+  //              shift along dim). A shift into the index is seen.
+  t.add("gather", {"aten::gather", "aten::take_along_dim"},
+        "gathering along another axis with an index constant along the mean-zero axes reads whole "
+        "rows (a table centered along them stays centered); gathering along them breaks",
+        gatherMz, gatherShift);
   // index(x, [i0, i1, ...]) (advanced indexing).
   //   mean-zero: kept when every indexed dim precedes the mean-zero axes (axes move by the rank
   //              change); indexing along them breaks.

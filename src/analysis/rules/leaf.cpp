@@ -214,13 +214,15 @@ void addLeafRules(std::vector<Rule>& rules) {
         "x @ W where W is a parameter (through t/transpose/permute): center W along the axis that "
         "becomes the output's last axis (or W @ x: along the rows)", matmulParamMz, unsafeShift,
         matmulHasParameterOperand);
-  // conv*/convolution/conv_transpose*.
+  // conv*/convolution/conv_transpose*, _convolution_mode (a string padding such as "same":
+  // ConvMixer; its groups are at the same slot as conv2d's).
   //   mean-zero: a leaf along the channel axis 1 (weight centered over output channels within each
   //              group, and the bias); depthwise convolutions (one output per group) break.
   //   shift:     unsafe.
   t.add("convolution",
         {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::convolution",
-         "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"},
+         "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+         "aten::_convolution_mode"},
         "a convolution is linear in its input: centering the weight over output channels within "
         "each group, and the bias, makes the output mean-zero along the channel axis; depthwise "
         "convolutions (one output per group) cannot be centered", convMz, unsafeShift);

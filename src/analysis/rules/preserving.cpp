@@ -30,6 +30,38 @@ ShiftOutcome identityShift(const ShiftInput& in) {
 
 namespace {
 
+/// x + table, where the table is a free parameter read only here (a parameter leaf, centered
+/// along its last axis of size > 1) and x is mean-zero along one axis the table spans, another
+/// than that one: PiT's pos_embed [1, C, H, W] added to its patch conv's output, mean-zero
+/// along C. Centering the table along x's axis instead makes the sum mean-zero along that axis
+/// alone (along its last axis, W, the sum is only mean-zero along {C, W}, which no LN over C
+/// uses). The re-aimed table is a new parameter leaf; the one along the last axis stays unused.
+std::optional<MeanZeroFact> reaimedTable(MeanZeroContext& ctx, ValueId table, const MeanZeroFact& x, ValueId xValue) {
+  const auto& g = ctx.graph();
+  const auto& t = g.value(table);
+  const auto& ft = ctx.fact(table);
+  auto out = rankOf(g, ctx.node().outputs.at(0));
+  const auto* shape = shapeOf(g, table);
+  if (t.param == kNone || t.producer == kNone || t.uses.size() != 1 || !shape || out < 1) return std::nullopt;
+  const auto& reader = g.node(t.producer).kind;
+  if ((reader != "prim::GetAttr" && reader != "prim::Constant") || !ft.isMeanZero() || ft.rule != "parameter" ||
+      ft.leaves.size() != 1 || !x.isMeanZero() || x.factor)
+    return std::nullopt;
+  auto xAxes = alignAxes(x.axes, rankOf(g, xValue), out);
+  auto rt = int64_t(shape->size());
+  if (xAxes.size() != 1 || rt > out || alignAxes(ft.axes, rt, out) == xAxes) return std::nullopt;
+  int64_t axis = xAxes.axes().front() - (out - rt);
+  if (axis < 0 || shape->at(axis) <= 1) return std::nullopt;
+  Leaf leaf;
+  leaf.kind = LeafKind::Parameter;
+  leaf.node = t.producer;
+  leaf.output = table;
+  leaf.axes = AxisSet::of({axis});
+  leaf.actions.push_back({t.param, axis, 1});
+  auto id = ctx.addLeaf(std::move(leaf));
+  return MeanZeroFact::meanZero(AxisSet::of({axis}), {id}, ctx.rule());
+}
+
 void addSubMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
@@ -45,10 +77,11 @@ void addSubMz(MeanZeroContext& ctx) {
     }
     return;
   }
-  const auto& fa = ctx.fact(a);
-  const auto& fb = ctx.fact(b);
+  MeanZeroFact fa = ctx.fact(a), fb = ctx.fact(b);
   if (!fa.isMeanZero()) { ctx.propagateBroken(0); return; }
   if (!fb.isMeanZero()) { ctx.propagateBroken(1); return; }
+  if (auto t = reaimedTable(ctx, b, fa, a)) fb = *t;
+  else if (auto t2 = reaimedTable(ctx, a, fb, b)) fa = *t2;
   // Both in the output's frame, then the join: mean-zero along the union, by both sets of leaves.
   auto aligned = [&](const MeanZeroFact& f, ValueId v) {
     return MeanZeroFact::meanZero(alignAxes(f.axes, rankOf(g, v), out), f.leaves, ctx.rule());
@@ -192,6 +225,8 @@ void addPreservingRules(std::vector<Rule>& rules) {
   // add/sub/rsub(a, b, alpha).
   //   mean-zero: both operands mean-zero -> the join of their facts (axes aligned by broadcasting,
   //              leaves united); adding a zero scalar keeps a's fact; a non-zero scalar breaks.
+  //              A table read only here (a parameter leaf) is re-centered along the one axis the
+  //              other operand is mean-zero along, when it spans that axis (PiT's [1, C, H, W]).
   //   shift:     an operand's shift passes on, constant also along the axes that operand is
   //              broadcast over; a changed alpha is seen.
   t.add("add-sub", {"aten::add", "aten::sub", "aten::add_", "aten::sub_", "aten::rsub"},
