@@ -17,11 +17,39 @@ std::vector<int> topLevelBlocks(const render::Scene& scene) {
   return top;
 }
 
-std::string shortBlockName(const std::string& path) {
-  const auto last = path.rfind('.');
-  if (last == std::string::npos || last == 0) return path;
-  const auto before = path.rfind('.', last - 1);
-  return before == std::string::npos ? path : path.substr(before + 1);
+std::string shortBlockName(const std::string& path, std::size_t shared) {
+  // Drop the leading components every block shares but the last of them: "h.3" for
+  // "transformer.h.3" among "transformer.h.*", "encoder.layers.0" beside "decoder.layers.*".
+  std::size_t start = 0;
+  for (std::size_t k = 1; k < shared; ++k) {
+    const auto dot = path.find('.', start);
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return path.substr(start);
+}
+
+std::size_t sharedComponents(const render::Scene& full) {
+  std::vector<std::string> common;
+  bool first = true;
+  for (const auto& c : full.clusters) {
+    if (c.parent >= 0) continue;
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (true) {
+      const auto dot = c.modulePath.find('.', start);
+      parts.push_back(c.modulePath.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    parts.pop_back();  // a block's own index is never shared
+    if (first) common = parts;
+    std::size_t k = 0;
+    while (k < common.size() && k < parts.size() && common[k] == parts[k]) ++k;
+    common.resize(k);
+    first = false;
+  }
+  return common.size();
 }
 
 std::vector<std::string> blockSignatures(const render::Scene& full) {
@@ -154,6 +182,7 @@ CollapsedScene collapseBlocks(const render::Scene& full, const std::set<int>& ex
     return text;
   };
 
+  const std::size_t shared = sharedComponents(full);
   std::vector<std::size_t> newNode(full.nodes.size());
   std::map<int, std::size_t> blockNode;  // box (first block) -> its Module node
   for (std::size_t i = 0; i < full.nodes.size(); ++i) {
@@ -179,9 +208,9 @@ CollapsedScene collapseBlocks(const render::Scene& full, const std::set<int>& ex
         m.foldableLayerNorms += full.clusters[b].foldableLayerNorms;
       }
       m.role = summaryRole(m.layerNorms, m.foldableLayerNorms);
-      const std::string name = first.modulePath.empty() ? first.label : shortBlockName(first.modulePath);
+      const std::string name = first.modulePath.empty() ? first.label : shortBlockName(first.modulePath, shared);
       m.title = blocks.size() == 1 ? name
-                                   : name + "-" + shortBlockName(last.modulePath) + " x" +
+                                   : name + "-" + shortBlockName(last.modulePath, shared) + " x" +
                                          std::to_string(blocks.size());
       if (m.layerNorms > 0) {
         m.title += ": " + std::to_string(m.foldableLayerNorms) + "/" + std::to_string(m.layerNorms) +

@@ -99,8 +99,12 @@ struct CanvasCamera {
 /// The top-level block (cluster without a parent) of each cluster of `scene`.
 std::vector<int> topLevelBlocks(const render::Scene& scene);
 
-/// The last two components of a block's module path: "h.3" for "transformer.h.3".
-std::string shortBlockName(const std::string& modulePath);
+/// How many leading module path components all top-level blocks of `full` share, their own
+/// index left out: 2 for "transformer.h.*", 0 for "encoder.layers.*" beside "decoder.layers.*".
+std::size_t sharedComponents(const render::Scene& full);
+/// A block's name in its summary box: `modulePath` without the first `shared` - 1 components
+/// ("h.3" for "transformer.h.3" when 2 are shared).
+std::string shortBlockName(const std::string& modulePath, std::size_t shared);
 
 /// One string per top-level block that is equal for two blocks exactly when they are identical
 /// repeats: the same parent module ("transformer.h"), the same ops in the same order with the

@@ -90,7 +90,7 @@ TEST_CASE("collapsing blocks folds each into one box and merges its edges", "[gu
     CHECK(h0.members == std::vector<NodeId>{10, 11});
     CHECK(h0.role == render::NodeRole::ModuleAllFoldable);
     CHECK(shown.nodes[2].role == render::NodeRole::ModuleSomeFoldable);
-    CHECK(h0.title == "h.0: 1/1 LNs fold");
+    CHECK(h0.title == "h.0: 1/1 LNs fold");  // nothing shared: the whole path
     CHECK(h0.lines.back() == "2 ops");
     CHECK(c.blocksOfNode[1] == std::vector<int>{0});
     CHECK(c.blocksOfNode[0].empty());
@@ -149,6 +149,11 @@ render::Scene fourBlocks() {
 
 TEST_CASE("identical blocks in a row are one box, and the box counts what its blocks hold", "[gui]") {
   const render::Scene full = fourBlocks();
+  SECTION("names drop what every block shares but its last component") {
+    CHECK(sharedComponents(full) == 2);
+    CHECK(shortBlockName("model.enc.3", 2) == "enc.3");
+    CHECK(shortBlockName("encoder.layers.0", 0) == "encoder.layers.0");
+  }
   SECTION("signatures: equal for alike blocks, different where the verdict differs") {
     const auto sig = blockSignatures(full);
     CHECK(sig[0] == sig[1]);
