@@ -3,6 +3,7 @@
 // block to expand or collapse it. Only what intersects the visible rectangle is drawn, and
 // labels only where they are legible, so a frame costs what is on screen, not the graph size.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "app.h"
@@ -87,7 +88,21 @@ void applyCameraRequests(UiState& ui, const View& view) {
   CanvasCamera& cam = ui.camera;
   if (scene.empty()) return;
   if (cam.fitRequested) {
-    fitLegible(cam, ImVec2(0, 0), scene.size, view.size, 1.5f);
+    // The whole graph if it reads at that zoom; otherwise the stream: the blocks' summary boxes
+    // and the LayerNorms (mask and position plumbing of traced models can be most of the boxes).
+    fit(cam, ImVec2(0, 0), scene.size, view.size, 1.5f);
+    if (cam.zoom < kLegibleZoom) {
+      ImVec2 lo(FLT_MAX, FLT_MAX), hi(-FLT_MAX, -FLT_MAX);
+      for (const CanvasNode& n : scene.nodes) {
+        const bool lnNode = n.role == render::NodeRole::FoldableLayerNorm ||
+                            n.role == render::NodeRole::BlockedLayerNorm;
+        if (n.blocks.empty() && !lnNode) continue;
+        lo = ImVec2(std::min(lo.x, n.min.x), std::min(lo.y, n.min.y));
+        hi = ImVec2(std::max(hi.x, n.max.x), std::max(hi.y, n.max.y));
+      }
+      if (lo.x <= hi.x) fitLegible(cam, lo, hi, view.size, 1.5f);
+      else fitLegible(cam, ImVec2(0, 0), scene.size, view.size, 1.5f);
+    }
     cam.fitRequested = false;
   }
   if (cam.centerOnBlock >= 0) {
