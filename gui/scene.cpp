@@ -72,7 +72,13 @@ std::vector<std::string> blockSignatures(const render::Scene& full) {
     const std::string& nested = full.clusters[n.cluster].modulePath;
     std::string& out = sig[b];
     out += std::to_string(static_cast<int>(n.role)) + "|" + nested.substr(std::min(nested.size(), full.clusters[b].modulePath.size())) + "|" + n.title;
-    for (const auto& l : n.lines) out += "|" + l;
+    // Lines can name a parameter by its full path ("weight: ...h.3.attn.out_proj.weight"): the
+    // block's own path is taken out so that repeats compare equal.
+    const std::string own = full.clusters[b].modulePath + ".";
+    for (std::string l : n.lines) {
+      for (auto at = l.find(own); at != std::string::npos; at = l.find(own, at)) l.erase(at, own.size());
+      out += "|" + l;
+    }
     out += "\n";
   }
   for (const render::SceneEdge& e : full.edges) {

@@ -155,6 +155,12 @@ TEST_CASE("identical blocks in a row are one box, and the box counts what its bl
     CHECK(shortBlockName("encoder.layers.0", 0) == "encoder.layers.0");
   }
   SECTION("signatures: equal for alike blocks, different where the verdict differs") {
+    render::Scene named = full;  // a parameter line naming its block's path does not count
+    named.nodes[1].lines = {"weight: model.enc.0.attn.out.weight [4]"};
+    named.nodes[3].lines = {"weight: model.enc.1.attn.out.weight [4]"};
+    const auto namedSig = blockSignatures(named);
+    CHECK(namedSig[0] == namedSig[1]);
+    CHECK(namedSig[1] != namedSig[2]);
     const auto sig = blockSignatures(full);
     CHECK(sig[0] == sig[1]);
     CHECK(sig[1] == sig[2]);
