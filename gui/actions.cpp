@@ -148,11 +148,13 @@ void exportImage(App& app, const std::string& path) {
   // The picture is the view as laid out now (the same blocks open), rendered by Graphviz like
   // `foldnorm render` does, on the layout worker (Graphviz is not re-entrant).
   std::string caption;
-  if (ui.selectedLn >= 0) {
+  static const Highlight kNoHighlight;  // the folded graph's node ids are its own
+  const Highlight& highlight = ui.showFolded ? kNoHighlight : ui.highlight;
+  if (ui.selectedLn >= 0 && !ui.showFolded) {
     const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];
     caption = "selected " + v.info.modulePath + ": " + verdictSentence(v);
   }
-  auto scene = std::make_shared<render::Scene>(sceneForExport(ui.scene, ui.highlight, caption));
+  auto scene = std::make_shared<render::Scene>(sceneForExport(ui.scene, highlight, caption));
   const std::string modelPath = ui.model->imported.path;
   const uint64_t generation = ui.generation;
   app.layoutWorker.submit("export " + path, [=](const Worker::Progress& progress) -> Worker::Completion {

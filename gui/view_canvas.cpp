@@ -303,10 +303,19 @@ void DrawCanvas(App& app) {
   if (ImGui::Button("Fit (F)")) ui.camera.fitRequested = true;
   ImGui::SameLine();
   if (!scene.empty()) {
+    // Graphviz takes minutes past ~10,000 nodes: a big model is explored a block at a time.
+    constexpr std::size_t kExpandAllLimit = 3000;
+    const bool tooBig = ui.fullScene && ui.fullScene->nodes.size() > kExpandAllLimit;
+    ImGui::BeginDisabled(tooBig);
     if (ImGui::Button("Expand all")) {
       std::set<int> all;
       for (int b : scene.blockOfNode) if (b >= 0) all.insert(b);
       startLayout(app, all);
+    }
+    ImGui::EndDisabled();
+    if (tooBig && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+      ImGui::SetTooltip("%zu nodes: too many to lay out at once; double-click blocks to open them",
+                        ui.fullScene->nodes.size());
     }
     ImGui::SameLine();
     if (ImGui::Button("Collapse all")) collapseAll(app);
