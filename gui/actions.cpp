@@ -68,6 +68,7 @@ void openModel(App& app, const std::string& path, const std::vector<std::string>
       ui.selectedNode = kNone;
       ui.highlight = {};
       ui.fold = {};
+      ui.showFolded = false;
       // The benchmark's settings stay; its result was for the previous model.
       ui.bench.report.reset();
       ui.bench.error.clear();
@@ -95,6 +96,7 @@ void selectLayerNorm(App& app, int index, bool centerView) {
     ui.highlight = {};
     return;
   }
+  if (ui.showFolded) showFoldedGraph(app, false);  // LN indices and node ids are the original's
   ui.selectedLn = index;
   ui.selectedNode = lns[index].info.node;
   ui.highlight = computeHighlight(ui.model->imported.graph, ui.model->analysis, index);
@@ -145,8 +147,14 @@ void exportImage(App& app, const std::string& path) {
   }
   // The picture is the view as laid out now (the same blocks open), rendered by Graphviz like
   // `foldnorm render` does, on the layout worker (Graphviz is not re-entrant).
-  auto scene = std::make_shared<render::Scene>(*ui.scene.shown);
-  scene->legend = true;
+  std::string caption;
+  static const Highlight kNoHighlight;  // the folded graph's node ids are its own
+  const Highlight& highlight = ui.showFolded ? kNoHighlight : ui.highlight;
+  if (ui.selectedLn >= 0 && !ui.showFolded) {
+    const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];
+    caption = "selected " + v.info.modulePath + ": " + verdictSentence(v);
+  }
+  auto scene = std::make_shared<render::Scene>(sceneForExport(ui.scene, highlight, caption));
   const std::string modelPath = ui.model->imported.path;
   const uint64_t generation = ui.generation;
   app.layoutWorker.submit("export " + path, [=](const Worker::Progress& progress) -> Worker::Completion {

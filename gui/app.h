@@ -16,6 +16,8 @@
 
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/bench/bench_model.h"
+#include "foldnorm/fold/fold.h"
+#include "foldnorm/render/folded_view.h"
 #include "foldnorm/import/torchscript.h"
 #include "highlight.h"
 #include "scene.h"
@@ -40,7 +42,10 @@ struct FrameRecord {
   };
   std::vector<Panel> panels;
   std::vector<std::string> inspectorText;  // every line the inspector drew
-  std::size_t nodesDrawn = 0, edgesDrawn = 0, clustersDrawn = 0, labelsDrawn = 0;
+  std::size_t nodesDrawn = 0, edgesDrawn = 0, clustersDrawn = 0;
+  std::size_t labelsDrawn = 0;       // box labels drawn at a legible size (>= 9 px)
+  std::size_t blockLabelsDrawn = 0;  // of them, collapsed blocks' summaries
+  std::size_t blockBoxesDrawn = 0;   // collapsed blocks' boxes on screen
   std::size_t lnRowsShown = 0;
   std::size_t benchRowsShown = 0, benchBarsDrawn = 0;  // the benchmark panel's table and chart
 };
@@ -64,9 +69,16 @@ struct PathPrompt {  // "save report as", "export image as"
 struct FoldState {
   bool available = false;  // the model has something to fold
   std::optional<std::string> summary;       // one line
-  std::vector<std::string> details;         // per output check
+  std::vector<std::string> details;         // the verification's summary lines
+  std::vector<OutputCheck> checks;          // the verification table: one row per output and dtype
   bool verified = false;
   bool equivalent = false;
+  // The folded model's own graph (the folded file re-imported; no analysis of its own), what the
+  // fold did to it (render/folded_view.h), and its dataflow scene once the canvas built it.
+  std::shared_ptr<const LoadedModel> folded;
+  render::FoldedMarks marks;
+  std::string foldedError;                  // why the folded graph cannot be shown
+  std::shared_ptr<const render::Scene> fullScene;
 };
 
 /// The benchmark panel: its settings (kept across models) and the last result for this model.
@@ -123,6 +135,8 @@ struct UiState {
   std::shared_ptr<const render::Scene> fullScene;  // every block expanded; built once per model
   uint64_t layoutSerial = 0;  // newest layout request; older answers are dropped
   CanvasCamera camera;
+  bool groupRepeats = true;  // runs of identical blocks as one box ("x12")
+  bool showFolded = false;   // the canvas shows the folded model (after Fold), not the original
 
   // ---- actions ----
   FoldState fold;
@@ -131,6 +145,7 @@ struct UiState {
   // ---- measurements ----
   std::deque<float> frameMs;     // whole frame (UI build + GL render), most recent last
   std::deque<float> uiMs;        // building the ImGui frame only
+  std::deque<float> uiCpuMs;     // the same, in CPU time of the UI thread (load-independent)
   FrameRecord record;            // the last frame's
   uint64_t frameIndex = 0;
 };
@@ -151,6 +166,7 @@ bool selectLayerNormByPath(App& app, const std::string& modulePath);
 void saveReport(App& app, const std::string& path);
 void exportImage(App& app, const std::string& path);
 void startFold(App& app);
+void showFoldedGraph(App& app, bool folded);  // switches the canvas between original and folded
 void startBench(App& app);
 bool benchRunning(const App& app);  // a benchmark is running or queued on the model worker
 void probeCuda(App& app);           // asks LibTorch (on the model worker) whether CUDA is usable

@@ -101,6 +101,9 @@ void DrawMainMenu(App& app) {
     ImGui::MenuItem("Fold", "Ctrl+3", &ui.showActions);
     ImGui::MenuItem("Benchmark", "Ctrl+4", &ui.showBench);
     ImGui::MenuItem("Minimap", "M", &ui.showMinimap);
+    if (ImGui::MenuItem("Folded graph", "G", ui.showFolded, ui.fold.folded != nullptr)) {
+      showFoldedGraph(app, !ui.showFolded);
+    }
     ImGui::MenuItem("Frame times", nullptr, &ui.showMetrics);
     ImGui::EndMenu();
   }
@@ -109,6 +112,7 @@ void DrawMainMenu(App& app) {
         "Ctrl+O open   Ctrl+S save report   Ctrl+E export view   Ctrl+F search LNs\n"
         "Ctrl+Shift+F fold and verify   Ctrl+B benchmark original vs folded\n"
         "Up/Down or J/K: previous/next LN   F fit   C center on selection   M minimap\n"
+        "G: original / folded graph (after Fold)\n"
         "Canvas: drag to pan, wheel to zoom, click a node to inspect it,\n"
         "double-click a module to expand or collapse it.");
     ImGui::EndMenu();
@@ -228,6 +232,7 @@ void handleShortcuts(App& app) {
   if (io.WantTextInput) return;  // single keys belong to the text field being edited
   if (ImGui::IsKeyPressed(GLFW_KEY_F, false)) ui.camera.fitRequested = true;
   if (ImGui::IsKeyPressed(GLFW_KEY_M, false)) ui.showMinimap = !ui.showMinimap;
+  if (ImGui::IsKeyPressed(GLFW_KEY_G, false) && ui.fold.folded) showFoldedGraph(app, !ui.showFolded);
   if (ImGui::IsKeyPressed(GLFW_KEY_C, false) && ui.selectedNode != kNone) {
     ui.camera.centerOn = ui.selectedNode;
   }

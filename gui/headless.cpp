@@ -21,6 +21,8 @@ bool HeadlessRun::ready(const App& app) const {
   if (!app.modelWorker.idle() || !app.layoutWorker.idle()) return false;
   if (!app.ui.errorMessage.empty()) return true;  // show the error, then fail
   if (options_.bench && !app.ui.bench.report) return false;
+  if ((options_.fold || options_.showFolded) && !app.ui.fold.summary) return false;
+  if (options_.showFolded && !app.ui.showFolded) return !app.ui.fold.foldedError.empty();
   return app.ui.model && !app.ui.scene.empty() && app.ui.camera.centerOn == kNone &&
          !app.ui.camera.fitRequested;
 }
@@ -35,6 +37,14 @@ HeadlessRun::Step HeadlessRun::afterFrame(App& app, int width, int height) {
     return Step::Failed;
   }
   if (!ready(app)) {
+    settledFrames_ = 0;
+    return Step::Continue;
+  }
+  // --export-view: the picture the renderer makes of this view, written on the layout worker
+  // (ready() waits for it); then the screenshot of the same view.
+  if (!options_.exportView.empty() && !exportSubmitted_ && app.ui.errorMessage.empty()) {
+    exportSubmitted_ = true;
+    exportImage(app, options_.exportView);
     settledFrames_ = 0;
     return Step::Continue;
   }
@@ -152,7 +162,41 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
   j["inspectorText"] = ui.record.inspectorText;
   j["bench"] = benchState(app);
   j["lnTableRows"] = ui.record.lnRowsShown;
+  j["fold"] = {{"summary", ui.fold.summary ? *ui.fold.summary : std::string()},
+               {"verified", ui.fold.verified},
+               {"equivalent", ui.fold.equivalent},
+               {"verificationRows", ui.fold.checks.size()},
+               {"foldedGraphNodes", ui.fold.folded ? ui.fold.folded->imported.graph.nodeCount() : 0},
+               {"foldedError", ui.fold.foldedError},
+               {"showFolded", ui.showFolded},
+               {"marks", ui.scene.foldedMarks}};
+  std::size_t boxes = 0, grouped = 0, collapsedBlocks = 0;
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const CanvasNode& n : ui.scene.nodes) {
+    if (n.blocks.empty()) continue;
+    ++boxes;
+    collapsedBlocks += n.blocks.size();
+    if (n.blocks.size() > 1) ++grouped;
+    nlohmann::json modules = nlohmann::json::array();
+    for (int b : n.blocks) {
+      if (ui.fullScene && b < static_cast<int>(ui.fullScene->clusters.size())) {
+        modules.push_back(ui.fullScene->clusters[b].modulePath);
+      }
+    }
+    blocks.push_back({{"title", n.title}, {"modules", modules}, {"layerNorms", n.layerNorms},
+                      {"foldable", n.foldable}, {"role", render::toString(n.role)}});
+  }
   j["canvas"] = {{"sceneNodes", ui.scene.nodes.size()},
+                 {"blocks", ui.scene.blockCount},
+                 {"blocksExpanded", ui.scene.expanded.size()},
+                 {"blocksCollapsed", collapsedBlocks},
+                 {"collapsedBoxes", boxes},
+                 {"groupBoxes", grouped},
+                 {"blockBoxes", blocks},
+                 {"blockLabelsDrawn", ui.record.blockLabelsDrawn},
+                 {"blockBoxesDrawn", ui.record.blockBoxesDrawn},
+                 {"legibleLabelPx", 9},
+                 {"relayoutMilliseconds", ui.scene.relayoutMilliseconds},
                  {"sceneEdges", ui.scene.edges.size()},
                  {"nodesDrawn", ui.record.nodesDrawn},
                  {"edgesDrawn", ui.record.edgesDrawn},
@@ -166,14 +210,17 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
                                   : 0;
   j["frameTimes"] = {{"settled", frameStats(ui.frameMs, settled)},
                      {"settledUiOnly", frameStats(ui.uiMs, settled)},
+                     {"settledUiCpu", frameStats(ui.uiCpuMs, settled)},
                      {"all", frameStats(ui.frameMs, ui.frameMs.size())}};
   return j.dump(2);
 }
 
-void recordFrameTime(UiState& ui, float frameMs, float uiMs) {
+void recordFrameTime(UiState& ui, float frameMs, float uiMs, float uiCpuMs) {
   constexpr std::size_t kKeep = 4000;
   ui.frameMs.push_back(frameMs);
   ui.uiMs.push_back(uiMs);
+  ui.uiCpuMs.push_back(uiCpuMs);
+  while (ui.uiCpuMs.size() > kKeep) ui.uiCpuMs.pop_front();
   while (ui.frameMs.size() > kKeep) ui.frameMs.pop_front();
   while (ui.uiMs.size() > kKeep) ui.uiMs.pop_front();
   ++ui.frameIndex;

@@ -15,6 +15,7 @@ struct HeadlessOptions {
   std::string screenshot;
   std::string select;
   std::string dumpState;
+  std::string exportView;          // --export-view: the canvas as the renderer draws it (.svg, .png)
   int frames = 5;
   double timeoutSeconds = 600;
   // --bench: run the benchmark once the model is laid out, and wait for its result.
@@ -22,6 +23,9 @@ struct HeadlessOptions {
   std::string benchSeq;            // as the panel's field: "16" or "64,128"
   int benchReps = 5;
   std::string benchDevice = "cpu";
+  // --fold: Fold and verify once laid out; --show-folded: then show the folded graph.
+  bool fold = false;
+  bool showFolded = false;
   bool enabled() const { return !screenshot.empty(); }
 };
 
@@ -38,6 +42,7 @@ class HeadlessRun {
   int settledFrames_ = 0;
   std::chrono::steady_clock::time_point start_;
   uint64_t firstSettledFrame_ = 0;
+  bool exportSubmitted_ = false;
 };
 
 /// Rows of RGBA pixels read from the current framebuffer (top row first) written as PNG.
@@ -47,7 +52,7 @@ bool saveFramebufferPng(const std::string& path, int width, int height, std::str
 std::string dumpStateJson(const App& app, uint64_t measuredFromFrame);
 
 /// Keeps the last frame times for the metrics window and the dump.
-void recordFrameTime(UiState& ui, float frameMs, float uiMs);
+void recordFrameTime(UiState& ui, float frameMs, float uiMs, float uiCpuMs);
 
 /// The whole frame: menu, windows at their tiles, dialogs, shortcuts (frame.cpp).
 void DrawFrame(App& app);

@@ -9,6 +9,7 @@ Highlight computeHighlight(const Graph& graph, const AnalysisResult& result, std
   h.ln = e.ln;
   h.roles = std::move(e.roles);
   h.nodes = std::move(e.nodes);
+  h.why = std::move(e.why);
   for (const auto& [from, to] : e.edges) h.edges.insert(Highlight::edgeKey(from, to));
   return h;
 }

@@ -22,6 +22,7 @@ struct Highlight {
   std::vector<Role> roles;                 // by NodeId; empty when nothing is selected
   std::unordered_set<uint64_t> edges;      // edgeKey(from, to) of marked dataflow edges
   std::vector<NodeId> nodes;               // every marked node (for fit-to-selection)
+  std::string why;                         // the verdict in one sentence (LnExplanation::why)
 
   Role role(NodeId n) const { return n < roles.size() ? roles[n] : Role::None; }
   bool hasEdge(NodeId from, NodeId to) const { return edges.count(edgeKey(from, to)) != 0; }

@@ -1,5 +1,5 @@
 // foldnorm-gui [MODEL.pt] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
-//              [--dump-state STATE.json]] [--bench [--bench-seq 64,128] [--bench-reps N]
+//              [--dump-state STATE.json] [--export-view VIEW.svg|png]] [--bench [--bench-seq 64,128] [--bench-reps N]
 //              [--bench-device cpu|cuda]]
 // Only the platform here: command line, GLFW window, OpenGL context, Dear ImGui backends and the
 // frame loop. What a frame shows is frame.cpp; the windows are view_*.cpp.
@@ -14,10 +14,12 @@
 #include <cfloat>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 
 #include "app.h"
+#include "foldnorm/render/render.h"
 #include "headless.h"
 
 namespace {
@@ -31,6 +33,14 @@ void glfwErrorCallback(int code, const char* description) {
 void loadFont(ImGuiIO& io) {
   const char* kFont = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
   if (std::filesystem::exists(kFont)) io.Fonts->AddFontFromFileTTF(kFont, 15.0f);
+}
+
+// CPU time of this thread: what building a frame costs, without the time other processes on a
+// loaded machine took the core away (wall-clock frame times include that).
+double threadCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
 }  // namespace
@@ -54,6 +64,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli.add_option("--dump-state", headless.dumpState,
                  "With --screenshot: write what the last frame showed as JSON");
+  cli.add_option("--export-view", headless.exportView,
+                 "With --screenshot: also write the canvas as shown (collapsed blocks, selection) "
+                 "through the renderer, .svg or .png");
   cli.add_option("--timeout", headless.timeoutSeconds,
                  "With --screenshot: give up after this many seconds")
       ->capture_default_str();
@@ -66,12 +79,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli.add_option("--bench-device", headless.benchDevice, "With --bench: cpu or cuda")
       ->capture_default_str();
+  cli.add_flag("--fold", headless.fold, "Fold and verify once the model is laid out");
+  cli.add_flag("--show-folded", headless.showFolded,
+               "With --fold: then show the folded graph on the canvas");
   cli.add_option("--width", width, "Window width")->capture_default_str();
   cli.add_option("--height", height, "Window height")->capture_default_str();
   CLI11_PARSE(cli, argc, argv);
   if (!headless.screenshot.empty() && modelPath.empty()) {
     std::cerr << "foldnorm-gui: error: --screenshot needs a MODEL.pt to show\n";
     return 2;
+  }
+
+  if (!headless.exportView.empty()) {
+    if (headless.screenshot.empty()) {
+      std::cerr << "foldnorm-gui: error: --export-view needs --screenshot (it is written headless)\n";
+      return 2;
+    }
+    try {
+      foldnorm::render::formatFromPath(headless.exportView);
+    } catch (const std::exception& e) {
+      std::cerr << "foldnorm-gui: error: --export-view: " << e.what() << "\n";
+      return 2;
+    }
   }
 
   glfwSetErrorCallback(glfwErrorCallback);
@@ -111,6 +140,8 @@ int main(int argc, char** argv) {
       app.ui.bench.reps = headless.benchReps;
     }
     bool pendingBench = headless.bench && !modelPath.empty();
+    bool pendingFold = (headless.fold || headless.showFolded) && !modelPath.empty();
+    bool pendingShowFolded = headless.showFolded;
     if (!modelPath.empty()) openModel(app, modelPath, inputSpecs);
     else app.ui.open.visible = app.ui.open.focusPath = true;
     HeadlessRun run(headless);
@@ -125,6 +156,7 @@ int main(int argc, char** argv) {
       else if (headless.enabled() || busy) glfwPollEvents();
       else glfwWaitEventsTimeout(0.5);
       const auto frameStart = std::chrono::steady_clock::now();
+      const double cpuStart = threadCpuMs();
       app.modelWorker.drain(app);
       app.layoutWorker.drain(app);
       if (!pendingSelect.empty() && app.ui.model) {
@@ -151,6 +183,18 @@ int main(int argc, char** argv) {
         }
       }
 
+      // --fold / --show-folded: once laid out, as the Fold panel's button and toggle would.
+      if (pendingFold && app.ui.model && pendingSelect.empty() && app.layoutWorker.idle() &&
+          !app.ui.scene.empty() && app.modelWorker.idle()) {
+        pendingFold = false;
+        if (app.ui.model->analysis.foldableCount() == 0) app.ui.errorMessage = "--fold: no LayerNorm folds";
+        else startFold(app);
+      }
+      if (pendingShowFolded && app.ui.fold.folded) {
+        pendingShowFolded = false;
+        showFoldedGraph(app, true);
+      }
+
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       // Headless: wherever X left the pointer, it must not hover anything into the picture.
@@ -160,6 +204,7 @@ int main(int argc, char** argv) {
       ImGui::Render();
       const float uiMs = std::chrono::duration<float, std::milli>(
                              std::chrono::steady_clock::now() - frameStart).count();
+      const float uiCpuMs = static_cast<float>(threadCpuMs() - cpuStart);
 
       int fbWidth = 0, fbHeight = 0;
       glfwGetFramebufferSize(window, &fbWidth, &fbHeight);
@@ -170,7 +215,7 @@ int main(int argc, char** argv) {
       if (headless.enabled()) glFinish();  // count the software rasterizer's work in the frame
       const float frameMs = std::chrono::duration<float, std::milli>(
                                 std::chrono::steady_clock::now() - frameStart).count();
-      recordFrameTime(app.ui, frameMs, uiMs);
+      recordFrameTime(app.ui, frameMs, uiMs, uiCpuMs);
 
       if (headless.enabled()) {
         const HeadlessRun::Step step = run.afterFrame(app, fbWidth, fbHeight);

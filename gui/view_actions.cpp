@@ -7,13 +7,18 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>  // after imgui.h, which it needs
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "app.h"
 #include "bench_support.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/import/input_spec.h"
+#include "layout_task.h"
 #include "palette.h"
 
 namespace foldnorm::gui {
@@ -124,6 +129,30 @@ void drawBenchChart(UiState& ui, const bench::ModelBenchReport& r, float height)
   }
 }
 
+// One row per output and dtype: the verification the folded graph is shown next to.
+void drawVerificationTable(UiState& ui) {
+  if (ui.fold.checks.empty()) return;
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (!ImGui::BeginTable("verification", 5, flags)) return;
+  for (const char* name : {"output", "shape", "dtype", "max rel", "argmax"}) ImGui::TableSetupColumn(name);
+  ImGui::TableHeadersRow();
+  for (const OutputCheck& c : ui.fold.checks) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("%zu", c.output);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(c.shape.c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(c.dtype.c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(scientific(c.maxRel).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(c.hasPredictions ? percent(c.argmaxAgreement).c_str() : "-");
+  }
+  ImGui::EndTable();
+}
+
 }  // namespace
 
 void startFold(App& app) {
@@ -151,12 +180,31 @@ void startFold(App& app) {
       state.details.push_back(std::to_string(v.runs) + " input sets on " + v.device +
                               ": worst relative error float64 " + scientific(v.worstRelative64) +
                               ", float32 " + scientific(v.worstRelative32));
-      for (const OutputCheck& c : v.checks) {
-        std::string line = "output " + std::to_string(c.output) + " " + c.shape + " " + c.dtype +
-                           ": max rel " + scientific(c.maxRel);
-        if (c.hasPredictions) line += ", argmax agrees " + percent(c.argmaxAgreement);
-        state.details.push_back(line);
+    }
+    state.checks = v.checks;
+    // The folded graph for the canvas: the folded module written as the CLI writes it and read
+    // back by the importer, so the picture is of the file `foldnorm fold` would save.
+    if (!r.folded.empty()) {
+      namespace fs = std::filesystem;
+      const fs::path tmp = fs::temp_directory_path() /
+                           ("foldnorm-gui-folded-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(generation) + ".pt");
+      try {
+        progress("importing the folded model for the canvas");
+        saveFolded(folded, model->imported, tmp.string());
+        auto loaded = std::make_shared<LoadedModel>();
+        ImportOptions importOptions;
+        for (const auto& spec : model->inputSpecs) importOptions.inputs.push_back(parseInputSpec(spec));
+        loaded->imported = importTorchScript(tmp.string(), importOptions);
+        loaded->inputSpecs = model->inputSpecs;
+        state.marks = render::foldedMarksFor(model->imported.graph, model->analysis, loaded->imported.graph);
+        state.folded = loaded;
+      } catch (const std::exception& e) {
+        state.foldedError = e.what();
+        if (auto nl = state.foldedError.find('\n'); nl != std::string::npos) state.foldedError.resize(nl);
       }
+      std::error_code ec;
+      fs::remove(tmp, ec);
     }
     return [state, generation](App& app) {
       if (app.ui.generation != generation) return;
@@ -196,8 +244,29 @@ void DrawActions(App& app) {
                                                   : "verification FAILED");
     }
     for (const auto& d : ui.fold.details) ImGui::BulletText("%s", d.c_str());
+    drawVerificationTable(ui);
+    if (ui.fold.folded) {
+      bool folded = ui.showFolded;
+      if (ImGui::Checkbox("Show the folded graph (G)", &folded)) showFoldedGraph(app, folded);
+      if (ImGui::IsItemHovered()) {
+        ImGui::SetTooltip("the canvas shows the folded model: RMSNorm nodes, kept LayerNorms and "
+                          "the ops that read centered parameters marked");
+      }
+    } else if (!ui.fold.foldedError.empty()) {
+      ImGui::TextColored(palette::kNotFoldableText, "folded graph: %s", ui.fold.foldedError.c_str());
+    }
   }
   ImGui::End();
+}
+
+void showFoldedGraph(App& app, bool folded) {
+  UiState& ui = app.ui;
+  if (folded && !ui.fold.folded) return;
+  if (ui.showFolded == folded) return;
+  ui.showFolded = folded;
+  ui.scene = {};  // the other graph's boxes and ids mean nothing here
+  ui.camera = {};
+  startLayout(app, {});
 }
 
 void DrawBench(App& app) {

@@ -3,6 +3,7 @@
 // block to expand or collapse it. Only what intersects the visible rectangle is drawn, and
 // labels only where they are legible, so a frame costs what is on screen, not the graph size.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "app.h"
@@ -14,6 +15,13 @@ namespace {
 
 constexpr float kMinZoom = 0.01f;
 constexpr float kMaxZoom = 6.0f;
+// Box titles are drawn at kTitlePt * zoom pixels (Graphviz sized the boxes for 10 pt titles);
+// text under kLegiblePx is not drawn, so "labelsDrawn" counts labels a person can read.
+constexpr float kTitlePt = 11.0f;
+constexpr float kLegiblePx = 9.0f;
+constexpr float kLegibleZoom = kLegiblePx / kTitlePt;
+// Semantic zoom: a collapsed block that fills this share of the canvas opens in place.
+constexpr float kOpenOnZoomShare = 0.45f;
 
 struct View {
   ImVec2 origin;  // screen position of the canvas' top-left
@@ -43,10 +51,25 @@ ImU32 textOn(ImU32 fill) {
                                                       : IM_COL32(240, 240, 240, 255);
 }
 
-void fit(CanvasCamera& camera, ImVec2 min, ImVec2 max, ImVec2 canvas, float maxZoom) {
+float fitZoom(ImVec2 min, ImVec2 max, ImVec2 canvas) {
   const float w = std::max(1.0f, max.x - min.x), h = std::max(1.0f, max.y - min.y);
-  camera.zoom = std::clamp(std::min(canvas.x / w, canvas.y / h) * 0.92f, kMinZoom, maxZoom);
+  return std::min(canvas.x / w, canvas.y / h) * 0.92f;
+}
+
+void fit(CanvasCamera& camera, ImVec2 min, ImVec2 max, ImVec2 canvas, float maxZoom) {
+  camera.zoom = std::clamp(fitZoom(min, max, canvas), kMinZoom, maxZoom);
   camera.center = ImVec2((min.x + max.x) * 0.5f, (min.y + max.y) * 0.5f);
+}
+
+// Fits the box, but never below legibility: a box too big to read whole is shown from its
+// top-left (where the stream starts) at the smallest legible zoom instead.
+void fitLegible(CanvasCamera& camera, ImVec2 min, ImVec2 max, ImVec2 canvas, float maxZoom) {
+  fit(camera, min, max, canvas, maxZoom);
+  if (camera.zoom >= kLegibleZoom) return;
+  camera.zoom = kLegibleZoom;
+  const float halfW = canvas.x * 0.5f / camera.zoom, halfH = canvas.y * 0.5f / camera.zoom;
+  if (max.x - min.x > 2 * halfW) camera.center.x = min.x + halfW * 0.96f;
+  if (max.y - min.y > 2 * halfH) camera.center.y = min.y + halfH * 0.96f;
 }
 
 // The strongest highlight role among a collapsed block's members.
@@ -65,7 +88,21 @@ void applyCameraRequests(UiState& ui, const View& view) {
   CanvasCamera& cam = ui.camera;
   if (scene.empty()) return;
   if (cam.fitRequested) {
+    // The whole graph if it reads at that zoom; otherwise the stream: the blocks' summary boxes
+    // and the LayerNorms (mask and position plumbing of traced models can be most of the boxes).
     fit(cam, ImVec2(0, 0), scene.size, view.size, 1.5f);
+    if (cam.zoom < kLegibleZoom) {
+      ImVec2 lo(FLT_MAX, FLT_MAX), hi(-FLT_MAX, -FLT_MAX);
+      for (const CanvasNode& n : scene.nodes) {
+        const bool lnNode = n.role == render::NodeRole::FoldableLayerNorm ||
+                            n.role == render::NodeRole::BlockedLayerNorm;
+        if (n.blocks.empty() && !lnNode) continue;
+        lo = ImVec2(std::min(lo.x, n.min.x), std::min(lo.y, n.min.y));
+        hi = ImVec2(std::max(hi.x, n.max.x), std::max(hi.y, n.max.y));
+      }
+      if (lo.x <= hi.x) fitLegible(cam, lo, hi, view.size, 1.5f);
+      else fitLegible(cam, ImVec2(0, 0), scene.size, view.size, 1.5f);
+    }
     cam.fitRequested = false;
   }
   if (cam.centerOnBlock >= 0) {
@@ -85,22 +122,46 @@ void applyCameraRequests(UiState& ui, const View& view) {
       cam.center = ImVec2((n.min.x + n.max.x) * 0.5f, (n.min.y + n.max.y) * 0.5f);
       // Readable, but keep some context around the node.
       cam.zoom = std::clamp(cam.zoom, 1.3f, 2.0f);
-      // A blocked LN's breaker (or the consumer that sees a shift) is the other half of the
-      // explanation: show both ends of the path if that still leaves the labels legible
-      // (11 pt labels are drawn from 7 px, zoom 0.64); otherwise the LN alone, the orange path
-      // leaving the view towards the breaker.
+      // A selected LN: frame its whole explanation (the boxes holding its marked nodes, collapsed
+      // ones included) when that stays legible; otherwise the LN and the other end of its path
+      // (breaker or consumer) if both fit legibly; otherwise the LN alone, its path leaving the view.
+      // 0.8 of the canvas: the legend and the verdict caption cover its top corners.
+      auto legibleBox = [&](ImVec2 lo, ImVec2 hi) {
+        const float z = fitZoom(lo, hi, ImVec2(view.size.x * 0.8f, view.size.y * 0.8f));
+        if (z < kLegibleZoom) return false;
+        cam.zoom = std::min(z, 1.5f);
+        cam.center = ImVec2((lo.x + hi.x) * 0.5f, (lo.y + hi.y) * 0.5f);
+        return true;
+      };
+      bool framed = false;
       const int j = cam.alsoShow != kNone ? scene.canvasIndexOf(cam.alsoShow) : -1;
-      if (j >= 0 && j != i) {
-        const CanvasNode& m = scene.nodes[j];
-        const ImVec2 lo(std::min(n.min.x, m.min.x), std::min(n.min.y, m.min.y));
-        const ImVec2 hi(std::max(n.max.x, m.max.x), std::max(n.max.y, m.max.y));
-        // 0.75 of the canvas: the legend and the verdict caption cover its top corners.
-        const float both = std::min(view.size.x / std::max(1.0f, hi.x - lo.x),
-                                    view.size.y / std::max(1.0f, hi.y - lo.y)) * 0.75f;
-        if (both >= 0.75f) {
-          cam.zoom = std::min(cam.zoom, both);
-          cam.center = ImVec2((lo.x + hi.x) * 0.5f, (lo.y + hi.y) * 0.5f);
+      if (ui.highlight.ln == cam.centerOn) {
+        ImVec2 lo = n.min, hi = n.max;
+        for (NodeId m : ui.highlight.nodes) {
+          const int k = scene.canvasIndexOf(m);
+          if (k < 0) continue;
+          const CanvasNode& b = scene.nodes[k];
+          lo = ImVec2(std::min(lo.x, b.min.x), std::min(lo.y, b.min.y));
+          hi = ImVec2(std::max(hi.x, b.max.x), std::max(hi.y, b.max.y));
         }
+        framed = legibleBox(lo, hi);
+        if (!framed) {
+          // Too big to read whole: at the smallest legible zoom, move from the LN towards the
+          // middle of its explanation as far as the LN stays in view, so as much of the story as
+          // fits is on screen (the breaker's side, or the leaves upstream).
+          cam.zoom = kLegibleZoom;
+          const ImVec2 half(view.size.x * 0.5f / cam.zoom, view.size.y * 0.5f / cam.zoom);
+          const ImVec2 want((lo.x + hi.x) * 0.5f, (lo.y + hi.y) * 0.5f);
+          const ImVec2 ln((n.min.x + n.max.x) * 0.5f, (n.min.y + n.max.y) * 0.5f);
+          cam.center = ImVec2(std::clamp(want.x, ln.x - half.x * 0.7f, ln.x + half.x * 0.7f),
+                              std::clamp(want.y, ln.y - half.y * 0.7f, ln.y + half.y * 0.7f));
+          framed = j < 0 || j == i;  // a breaker or consumer may still fit beside it
+        }
+      }
+      if (!framed && j >= 0 && j != i) {
+        const CanvasNode& m = scene.nodes[j];
+        legibleBox(ImVec2(std::min(n.min.x, m.min.x), std::min(n.min.y, m.min.y)),
+                   ImVec2(std::max(n.max.x, m.max.x), std::max(n.max.y, m.max.y)));
       }
     }
     cam.centerOn = kNone;
@@ -122,7 +183,16 @@ void drawArrow(ImDrawList* dl, ImVec2 from, ImVec2 tip, ImU32 colour, float size
 void drawLegend(ImDrawList* dl, ImVec2 at, const UiState& ui) {
   struct Entry { ImU32 colour; const char* text; bool outline; };
   std::vector<Entry> entries;
+  if (ui.showFolded) {  // the fold's marks, one entry per kind (render/folded_view.h)
+    for (const auto& k : render::foldedMarkKinds()) {
+      entries.push_back({render::toImGuiColour(render::roleStyle(k.role).fill), k.line, false});
+    }
+  }
   for (render::NodeRole role : render::legendEntries(*ui.scene.shown)) {
+    if (ui.showFolded && (role == render::NodeRole::FoldableLayerNorm ||
+                          role == render::NodeRole::BlockedLayerNorm || role == render::NodeRole::Leaf)) {
+      continue;
+    }
     const auto& style = render::roleStyle(role);
     entries.push_back({render::toImGuiColour(style.fill), style.legend, false});
   }
@@ -165,6 +235,16 @@ void drawCaption(ImDrawList* dl, const UiState& ui, const View& view) {
               ImGui::ColorConvertFloat4ToU32(v.foldable ? palette::kFoldableText
                                                         : palette::kNotFoldableText),
               text.c_str(), nullptr, wrap);
+}
+
+// What the folded canvas shows, over it, so its screenshot says it is not the original.
+void drawFoldedCaption(ImDrawList* dl, const UiState& ui, const View& view) {
+  const std::string text = ui.scene.shown ? ui.scene.shown->title : std::string("folded graph");
+  const ImVec2 ts = ImGui::CalcTextSize(text.c_str());
+  const ImVec2 a(view.origin.x + view.size.x - ts.x - 30, view.origin.y + 8);
+  dl->AddRectFilled(a, ImVec2(a.x + ts.x + 20, a.y + ts.y + 12), IM_COL32(20, 22, 26, 230), 4.0f);
+  dl->AddRectFilled(a, ImVec2(a.x + 5, a.y + ts.y + 12), palette::kLnFoldable, 2.0f);
+  dl->AddText(ImVec2(a.x + 12, a.y + 6), IM_COL32(255, 255, 255, 255), text.c_str());
 }
 
 void drawMinimap(ImDrawList* dl, UiState& ui, const View& view) {
@@ -223,13 +303,27 @@ void DrawCanvas(App& app) {
   if (ImGui::Button("Fit (F)")) ui.camera.fitRequested = true;
   ImGui::SameLine();
   if (!scene.empty()) {
+    // Graphviz takes minutes past ~10,000 nodes: a big model is explored a block at a time.
+    constexpr std::size_t kExpandAllLimit = 3000;
+    const bool tooBig = ui.fullScene && ui.fullScene->nodes.size() > kExpandAllLimit;
+    ImGui::BeginDisabled(tooBig);
     if (ImGui::Button("Expand all")) {
       std::set<int> all;
       for (int b : scene.blockOfNode) if (b >= 0) all.insert(b);
       startLayout(app, all);
     }
+    ImGui::EndDisabled();
+    if (tooBig && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+      ImGui::SetTooltip("%zu nodes: too many to lay out at once; double-click blocks to open them",
+                        ui.fullScene->nodes.size());
+    }
     ImGui::SameLine();
-    if (ImGui::Button("Collapse all")) startLayout(app, {});
+    if (ImGui::Button("Collapse all")) collapseAll(app);
+    ImGui::SameLine();
+    if (ImGui::Checkbox("Group repeats", &ui.groupRepeats)) startLayout(app, scene.expanded);
+    if (ImGui::IsItemHovered()) {
+      ImGui::SetTooltip("identical blocks in a row (same ops, same verdicts) as one box \"x12\"");
+    }
     ImGui::SameLine();
     ImGui::TextDisabled("zoom %.0f%%   %s", ui.camera.zoom * 100, scene.summary.c_str());
   }
@@ -271,16 +365,31 @@ void DrawCanvas(App& app) {
     const ImVec2 after = view.toLayout(io.MousePos);
     ui.camera.center.x += before.x - after.x;
     ui.camera.center.y += before.y - after.y;
+    // Semantic zoom: zooming into a collapsed block opens it in place (once; the layout runs on
+    // the worker and the picture stays until it is in).
+    if (io.MouseWheel > 0 && app.layoutWorker.idle()) {
+      for (const CanvasNode& n : scene.nodes) {
+        if (n.blocks.size() != 1 || after.x < n.min.x || after.x > n.max.x || after.y < n.min.y ||
+            after.y > n.max.y) {
+          continue;
+        }
+        const float share = std::max((n.max.x - n.min.x) * ui.camera.zoom / size.x,
+                                     (n.max.y - n.min.y) * ui.camera.zoom / size.y);
+        if (share >= kOpenOnZoomShare) toggleBlock(app, n.block, true);
+        break;
+      }
+    }
   }
 
   dl->PushClipRect(origin, ImVec2(origin.x + size.x, origin.y + size.y), true);
   const ImVec2 vmin = view.visibleMin(), vmax = view.visibleMax();
   const float zoom = ui.camera.zoom;
   ImFont* font = ImGui::GetFont();
-  // Graphviz sized the boxes for 10 pt titles; text smaller than ~7 px is noise, so skip it.
-  const float fontSize = 11.0f * zoom;
-  const bool labels = fontSize >= 7.0f;
-  const Highlight& h = ui.highlight;
+  const float fontSize = kTitlePt * zoom;
+  const bool labels = fontSize >= kLegiblePx;
+  // The folded graph has node ids of its own: the original's selection does not apply to it.
+  static const Highlight kNoHighlight;
+  const Highlight& h = ui.showFolded ? kNoHighlight : ui.highlight;
 
   // Clusters: frames with the module path, only while they are large enough to read.
   int hoveredCluster = -1;
@@ -303,13 +412,22 @@ void DrawCanvas(App& app) {
   // Edges: splines, highlighted when on the selected LN's explanation.
   for (const CanvasEdge& e : scene.edges) {
     if (!overlaps(e.min, e.max, vmin, vmax)) continue;
-    const CanvasNode& from = scene.nodes[e.from];
-    const CanvasNode& to = scene.nodes[e.to];
-    const bool marked = from.node != kNone && to.node != kNone && h.hasEdge(from.node, to.node);
+    // Marked when a dataflow edge it stands for is in the explanation (an edge into or out of a
+    // collapsed box stands for several).
+    const std::pair<NodeId, NodeId>* marked = nullptr;
+    if (h.ln != kNone) {
+      for (const auto& m : e.members) {
+        if (h.hasEdge(m.first, m.second)) {
+          marked = &m;
+          break;
+        }
+      }
+    }
     ImU32 colour = palette::kEdge;
     float thickness = std::clamp(zoom, 1.0f, 2.0f);
     if (marked) {
-      const Role r = h.role(to.node) == Role::SelectedLn ? h.role(from.node) : h.role(to.node);
+      const Role r = h.role(marked->second) == Role::SelectedLn ? h.role(marked->first)
+                                                                 : h.role(marked->second);
       colour = palette::roleColour(r == Role::Leaf ? Role::MeanZero : r);
       thickness = std::clamp(3.0f * zoom, 2.5f, 5.0f);
     }
@@ -361,21 +479,23 @@ void DrawCanvas(App& app) {
                   rounding + 2, 0, 2.0f);
     }
     if (labels && b.y - a.y >= fontSize) {
+      if (n.block >= 0) ++ui.record.blockLabelsDrawn;
       const ImU32 text = dimmed ? IM_COL32(150, 150, 150, 255) : textOn(n.fill);
       const ImVec4 clip(a.x + 2, a.y, b.x - 2, b.y);
-      const float lineH = fontSize * 1.15f;
-      const float total = lineH * (1 + n.lines.size());
+      // Graphviz's lines: a 10 pt title, then 8 pt lines; ours are 11 and 9.35 px at zoom 1.
+      const float titleH = fontSize * 1.05f, lineH = fontSize * 0.85f * 1.05f;
+      const float total = titleH + lineH * n.lines.size();
       float y = (a.y + b.y) * 0.5f - std::min(total, b.y - a.y) * 0.5f;
-      auto centred = [&](const std::string& s, float sizePx) {
+      auto centred = [&](const std::string& s, float sizePx, float height) {
         const ImVec2 ts = font->CalcTextSizeA(sizePx, FLT_MAX, 0, s.c_str());
         dl->AddText(font, sizePx, ImVec2((a.x + b.x - ts.x) * 0.5f, y), text, s.c_str(), nullptr, 0,
                     &clip);
-        y += lineH;
+        y += height;
       };
-      centred(n.title, fontSize);
+      centred(n.title, fontSize, titleH);
       for (const auto& l : n.lines) {
         if (y + lineH > b.y + 1) break;
-        centred(l, fontSize * 0.85f);
+        centred(l, fontSize * 0.85f, lineH);
       }
       ++ui.record.labelsDrawn;
     }
@@ -384,6 +504,7 @@ void DrawCanvas(App& app) {
       hoveredNode = static_cast<int>(i);
     }
     ++ui.record.nodesDrawn;
+    if (n.block >= 0) ++ui.record.blockBoxesDrawn;
   }
   dl->PopClipRect();
 
@@ -391,10 +512,12 @@ void DrawCanvas(App& app) {
   if (hoveredNode >= 0) {
     const CanvasNode& n = scene.nodes[hoveredNode];
     if (!n.tooltip.empty() && !ImGui::IsMouseDragging(0)) ImGui::SetTooltip("%s", n.tooltip.c_str());
-    if (ImGui::IsMouseDoubleClicked(0) && n.block >= 0) {
+    if (ImGui::IsMouseDoubleClicked(0) && n.blocks.size() > 1) {
+      ungroupBlocks(app, n.blocks);
+    } else if (ImGui::IsMouseDoubleClicked(0) && n.block >= 0) {
       toggleBlock(app, n.block, true);
     } else if (ImGui::IsMouseReleased(0) && io.MouseDragMaxDistanceSqr[0] < 16.0f &&
-               n.node != kNone) {  // a click, not the end of a pan
+               n.node != kNone && !ui.showFolded) {  // a click, not the end of a pan
       selectNode(app, n.node);
       if (const LayerNormVerdict* v = ui.model->analysis.verdictFor(n.node)) {
         const auto& lns = ui.model->analysis.layerNorms;
@@ -406,7 +529,8 @@ void DrawCanvas(App& app) {
   }
 
   drawLegend(dl, ImVec2(origin.x + 8, origin.y + 8), ui);
-  if (ui.selectedLn >= 0) drawCaption(dl, ui, view);
+  if (ui.showFolded) drawFoldedCaption(dl, ui, view);
+  else if (ui.selectedLn >= 0) drawCaption(dl, ui, view);
   if (ui.showMinimap) drawMinimap(dl, ui, view);
   ImGui::End();
 }

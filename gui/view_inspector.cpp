@@ -48,11 +48,51 @@ std::string valueLine(const Graph& g, const AnalysisResult& r, ValueId v) {
   return text;
 }
 
+// The node whose rule decided the verdict: the breaker, the consumer that sees a shift, or for a
+// foldable (or shared-parameter) LN the LN itself, whose rule absorbs the centering.
+NodeId decidingNode(const LayerNormVerdict& v) {
+  if (v.breaker != kNone) return v.breaker;
+  if (v.consumer != kNone) return v.consumer;
+  return v.info.node;
+}
+
+// The card on top: one sentence in the verdict's colour, in a framed box, so the answer comes
+// before the details.
+void drawWhyCard(UiState& ui, const LayerNormVerdict& v) {
+  const std::string& why = ui.highlight.ln == v.info.node && !ui.highlight.why.empty()
+                               ? ui.highlight.why
+                               : verdictSentence(v);
+  const ImU32 bar = v.foldable ? palette::kLnFoldable : palette::kLnNotFoldable;
+  ImGui::PushStyleColor(ImGuiCol_ChildBg, IM_COL32(24, 26, 31, 255));
+  ImGui::PushStyleColor(ImGuiCol_Border, bar);
+  const float wrap = ImGui::GetContentRegionAvail().x - 24;
+  const float height = ImGui::CalcTextSize(why.c_str(), nullptr, false, wrap).y +
+                       ImGui::GetTextLineHeightWithSpacing() + 20;
+  ImGui::BeginChild("##why", ImVec2(0, height), true, ImGuiWindowFlags_NoScrollbar);
+  ImGui::TextColored(v.foldable ? palette::kFoldableText : palette::kNotFoldableText, "%s",
+                     v.foldable ? "FOLDS into RMSNorm" : "KEPT as LayerNorm");
+  ImGui::PushTextWrapPos(ImGui::GetCursorPos().x + wrap);
+  ImGui::TextUnformatted(why.c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::EndChild();
+  ImGui::PopStyleColor(2);
+  ui.record.inspectorText.push_back("why: " + why);
+}
+
 void drawVerdict(App& app, const LayerNormVerdict& v) {
   UiState& ui = app.ui;
   const Graph& g = ui.model->imported.graph;
   const AnalysisResult& r = ui.model->analysis;
   heading(ui, "LayerNorm " + (v.info.modulePath.empty() ? std::string("(top level)") : v.info.modulePath));
+  drawWhyCard(ui, v);
+
+  const NodeId deciding = decidingNode(v);
+  const Rule& rule = ruleFor(g, deciding);
+  heading(ui, deciding == v.info.node ? "Rule" : "Rule at " + g.node(deciding).kind);
+  line(ui, rule.name + " (" + toString(rule.family) + ")");
+  colouredLine(ui, palette::kDimText, rule.rationale);
+
+  heading(ui, "Details");
   colouredLine(ui, v.foldable ? palette::kFoldableText : palette::kNotFoldableText, verdictSentence(v));
   line(ui, "normalized shape " + formatShape(v.info.normalizedShape) + ", eps " +
                std::to_string(v.info.eps) + (v.info.hasWeight ? ", weight" : "") +
@@ -94,7 +134,8 @@ void DrawInspector(App& app) {
   const NodeId n = ui.selectedNode;
   const Node& node = g.node(n);
 
-  if (const LayerNormVerdict* v = r.verdictFor(n)) drawVerdict(app, *v);
+  const LayerNormVerdict* verdict = r.verdictFor(n);
+  if (verdict) drawVerdict(app, *verdict);
 
   heading(ui, "Node");
   line(ui, "op: " + node.kind);
@@ -121,10 +162,12 @@ void DrawInspector(App& app) {
     line(ui, std::to_string(i) + ": " + valueLine(g, r, node.outputs[i]));
   }
 
-  const Rule& rule = ruleFor(g, n);
-  heading(ui, "Rule");
-  line(ui, rule.name + " (" + toString(rule.family) + ")");
-  line(ui, rule.rationale);
+  if (!verdict) {  // an LN's own rule is in its card section already
+    const Rule& rule = ruleFor(g, n);
+    heading(ui, "Rule");
+    line(ui, rule.name + " (" + toString(rule.family) + ")");
+    line(ui, rule.rationale);
+  }
   ImGui::End();
 }
 

@@ -1,10 +1,17 @@
-// foldnorm-gui-check SHOT.png STATE.json LN_PATH [foldable|not-foldable] [--bench SEQS]
+// foldnorm-gui-check SHOT.png STATE.json LN_PATH|- [foldable|not-foldable] [--bench SEQS]
+//                    [--min-labels N] [--max-ui-median-ms MS] [--analysis ANALYSIS.json]
+//                    [--first-sight] [--folded] [--export FILE] [--max-relayout-ms MS]
 // The screenshot test's judge (gui/tests/screenshot_test.cmake): the PNG is a real picture (many
 // colours, most pixels not the background) and the dump says the frame showed the selected LN's
 // verdict in the inspector, with the canvas and the table drawn. With --bench 16 (or 64,128) the
 // dump must also hold a benchmark report timed at those lengths (positive medians within their
 // p10-p90, a positive speed-up, a verified fold) that the Benchmark panel drew as table rows and
-// two bars per length. Reads the files only; it never asks the GUI anything.
+// two bars per length. First sight (LN_PATH "-": nothing selected): --min-labels N legible box
+// labels (>= 9 px) with every block summary drawn legible, --first-sight every block collapsed,
+// --max-ui-median-ms the median time to build the ImGui frame, --analysis the summary boxes'
+// LN counts equal to what `foldnorm analyze --json` says of the modules in each box; --folded
+// the folded graph shown with RMSNorm nodes marked next to a verified fold; --export the
+// --export-view file written. Reads the files only; it never asks the GUI anything.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -80,21 +87,123 @@ void checkBench(const nlohmann::json& state, const std::vector<int64_t>& seqs) {
         "the Benchmark panel's chart drew two bars per timed length");
 }
 
+bool isUnder(const std::string& module, const std::string& path) {
+  return path.size() > module.size() && path.compare(0, module.size(), module) == 0 &&
+         path[module.size()] == '.';
+}
+
+// Every summary box's counts against the analysis' verdicts of the LNs inside its modules.
+void checkBlockCounts(const nlohmann::json& state, const nlohmann::json& analysis) {
+  const auto& boxes = state["canvas"]["blockBoxes"];
+  check(boxes.is_array() && !boxes.empty(), "the canvas has block summary boxes");
+  if (!boxes.is_array()) return;
+  std::size_t agree = 0;
+  for (const auto& box : boxes) {
+    int lns = 0, foldable = 0;
+    for (const auto& m : box["modules"]) {
+      for (const auto& ln : analysis["layer_norms"]) {
+        if (!isUnder(m.get<std::string>(), ln.value("module", ""))) continue;
+        ++lns;
+        if (ln.value("foldable", false)) ++foldable;
+      }
+    }
+    const bool ok = box.value("layerNorms", -1) == lns && box.value("foldable", -1) == foldable;
+    if (!ok) {
+      check(false, "box \"" + box.value("title", "") + "\" counts " + std::to_string(foldable) + "/" +
+                       std::to_string(lns) + " in the analysis");
+    }
+    agree += ok;
+  }
+  check(agree == boxes.size(), std::to_string(agree) + "/" + std::to_string(boxes.size()) +
+                                   " summary boxes count the LNs and foldable LNs the analysis has in them");
+}
+
+void checkFirstSight(const nlohmann::json& state, int minLabels, double maxUiMs, bool collapsed) {
+  const auto& c = state["canvas"];
+  std::cout << "      zoom " << c.value("zoom", 0.0) << ", " << c.value("labelsDrawn", 0)
+            << " legible labels, " << c.value("collapsedBoxes", 0) << " summary boxes ("
+            << c.value("blocksCollapsed", 0) << " blocks, " << c.value("groupBoxes", 0)
+            << " groups), " << c.value("blocksExpanded", 0) << " expanded, re-layout "
+            << c.value("relayoutMilliseconds", 0.0) << " ms\n";
+  if (minLabels > 0) {
+    check(c.value("labelsDrawn", 0) >= minLabels,
+          "at least " + std::to_string(minLabels) + " labels drawn legible (>= 9 px)");
+    check(c.value("blockBoxesDrawn", 0) > 0 && c.value("blockLabelsDrawn", 0) == c.value("blockBoxesDrawn", -1),
+          "every block summary on screen has a legible label");
+  }
+  if (collapsed) {
+    check(c.value("blocksExpanded", -1) == 0 && c.value("collapsedBoxes", 0) > 0,
+          "every block starts collapsed into a summary box");
+  }
+  if (maxUiMs > 0) {
+    // The bound is on the UI thread's CPU time, which other jobs on a loaded machine do not
+    // inflate; the wall-clock median is printed beside it (an upper bound on a busy machine).
+    const auto& cpu = state["frameTimes"]["settledUiCpu"];
+    const auto& wall = state["frameTimes"]["settledUiOnly"];
+    const double median = cpu.value("medianMs", 1e9);
+    std::cout << "      UI frame (building the ImGui frame) over " << cpu.value("count", 0)
+              << " frames: CPU median " << median << " ms, p90 " << cpu.value("p90Ms", 0.0)
+              << " ms; wall-clock median " << wall.value("medianMs", 0.0) << " ms, p90 "
+              << wall.value("p90Ms", 0.0) << " ms\n";
+    check(cpu.value("count", 0) >= 10 && median < maxUiMs,
+          "median UI frame (CPU time) under " + std::to_string(maxUiMs).substr(0, 4) + " ms");
+  }
+}
+
+void checkFolded(const nlohmann::json& state) {
+  const auto& f = state["fold"];
+  check(f.value("equivalent", false), "the fold was verified: same function in float64");
+  check(f.value("verificationRows", 0) > 0, "the verification table has rows");
+  check(f.value("showFolded", false), "the canvas shows the folded graph");
+  check(f["marks"].value("folded", 0) > 0, "the folded graph marks its RMSNorm nodes");
+  check(f["marks"].value("centered", 0) > 0, "the folded graph marks the ops reading centered parameters");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* usage =
-      "usage: foldnorm-gui-check SHOT.png STATE.json LN_PATH [foldable|not-foldable] [--bench SEQS]\n";
+      "usage: foldnorm-gui-check SHOT.png STATE.json LN_PATH|- [foldable|not-foldable] [--bench SEQS]\n"
+      "       [--min-labels N] [--max-ui-median-ms MS] [--analysis A.json] [--first-sight] [--folded]\n"
+      "       [--export FILE] [--max-relayout-ms MS]\n";
   if (argc < 4) {
     std::cerr << usage;
     return 2;
   }
   const std::string png = argv[1], statePath = argv[2], ln = argv[3];
-  std::string expect;
+  std::string expect, analysisPath, exportPath;
   std::vector<int64_t> benchSeqs;
+  int minLabels = 0;
+  double maxUiMs = 0, maxRelayoutMs = 0;
+  bool firstSight = false, folded = false;
   for (int i = 4; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--bench" && i + 1 < argc) {
+    try {
+      if (arg == "--min-labels" && i + 1 < argc) {
+        minLabels = std::stoi(argv[++i]);
+        continue;
+      }
+      if (arg == "--max-relayout-ms" && i + 1 < argc) {
+        maxRelayoutMs = std::stod(argv[++i]);
+        continue;
+      }
+      if (arg == "--max-ui-median-ms" && i + 1 < argc) {
+        maxUiMs = std::stod(argv[++i]);
+        continue;
+      }
+    } catch (const std::exception&) {
+      std::cerr << "foldnorm-gui-check: " << arg << " wants a number\n" << usage;
+      return 2;
+    }
+    if (arg == "--analysis" && i + 1 < argc) {
+      analysisPath = argv[++i];
+    } else if (arg == "--export" && i + 1 < argc) {
+      exportPath = argv[++i];
+    } else if (arg == "--first-sight") {
+      firstSight = true;
+    } else if (arg == "--folded") {
+      folded = true;
+    } else if (arg == "--bench" && i + 1 < argc) {
       try {
         benchSeqs = splitSeqs(argv[++i]);
       } catch (const std::exception&) {
@@ -145,17 +254,25 @@ int main(int argc, char** argv) {
   check(state.value("schema", "") == "foldnorm-gui-state/1", "state dump has the schema tag");
   check(state.value("error", "x").empty(), "no error shown: " + state.value("error", ""));
   const auto& sel = state["selectedLn"];
-  check(sel.is_object() && sel.value("modulePath", "") == ln, "selected LN is " + ln);
+  if (ln == "-") {
+    check(sel.is_null(), "nothing is selected at first sight");
+  } else {
+    check(sel.is_object() && sel.value("modulePath", "") == ln, "selected LN is " + ln);
+  }
   if (sel.is_object() && !expect.empty()) {
     check(sel.value("foldable", false) == (expect == "foldable"), "its verdict is " + expect);
   }
   std::vector<std::string> text = state.value("inspectorText", std::vector<std::string>{});
-  const std::string verdict = sel.is_object() ? sel.value("verdictText", "") : "";
-  check(!verdict.empty() && std::find(text.begin(), text.end(), verdict) != text.end(),
-        "the inspector showed the verdict text \"" + verdict + "\"");
-  check(std::any_of(text.begin(), text.end(),
-                    [&](const std::string& t) { return t.find(ln) != std::string::npos; }),
-        "the inspector named the LN's module");
+  if (ln != "-") {
+    const std::string verdict = sel.is_object() ? sel.value("verdictText", "") : "";
+    check(!verdict.empty() && std::find(text.begin(), text.end(), verdict) != text.end(),
+          "the inspector showed the verdict text \"" + verdict + "\"");
+    check(std::any_of(text.begin(), text.end(),
+                      [&](const std::string& t) { return t.find(ln) != std::string::npos; }),
+          "the inspector named the LN's module");
+    check(!text.empty() && text.size() >= 2 && text[1].rfind("why: ", 0) == 0,
+          "the inspector opens with the one-sentence why card");
+  }
   std::vector<std::string> panels;
   for (const auto& p : state["panels"]) panels.push_back(p.value("name", ""));
   for (const char* want : {"Graph", "LayerNorms", "Inspector"}) {
@@ -165,6 +282,31 @@ int main(int argc, char** argv) {
   check(state["canvas"].value("nodesDrawn", 0) > 0, "the canvas drew nodes");
   check(state["lnTableRows"].get<int>() > 0, "the LN table showed rows");
   check(state["frameTimes"]["settled"].value("count", 0) > 0, "frame times were recorded");
+  if (minLabels > 0 || maxUiMs > 0 || firstSight) checkFirstSight(state, minLabels, maxUiMs, firstSight);
+  if (!analysisPath.empty()) {
+    std::ifstream a(analysisPath);
+    nlohmann::json analysis;
+    try {
+      a >> analysis;
+      checkBlockCounts(state, analysis);
+    } catch (const std::exception& e) {
+      check(false, "analysis " + analysisPath + " is JSON: " + e.what());
+    }
+  }
+  if (folded) checkFolded(state);
+  if (maxRelayoutMs > 0) {
+    const double ms = state["canvas"].value("relayoutMilliseconds", 1e9);
+    std::cout << "      last re-layout (collapse, Graphviz, drawable form): " << ms << " ms\n";
+    check(ms < maxRelayoutMs, "the last re-layout took under " + std::to_string(maxRelayoutMs).substr(0, 5) + " ms");
+  }
+  if (!exportPath.empty()) {
+    std::ifstream e(exportPath, std::ios::binary);
+    std::string head(64, '\0');
+    e.read(head.data(), 64);
+    check(e.gcount() > 8 && (head.find("<svg") != std::string::npos || head.find("<?xml") != std::string::npos ||
+                             head.compare(1, 3, "PNG") == 0),
+          "the exported view " + exportPath + " is an SVG or PNG");
+  }
   if (!benchSeqs.empty()) {
     check(std::find(panels.begin(), panels.end(), "Benchmark") != panels.end(),
           "panel Benchmark was drawn");
