@@ -166,10 +166,13 @@ std::shared_ptr<jit::Graph> convertedReads(const jit::Module& module, const std:
   for (auto& [read, tensor] : tensorReads) {
     const auto type = targetType(tensor, to);
     if (type == tensor.scalar_type() && tensor.device() == to.device) continue;
-    jit::WithInsertPoint guard(read->node()->next());
-    auto* out = copy->insert(c10::aten::to, {read, c10::IValue(to.device), c10::IValue(type)});
-    read->replaceAllUsesWith(out);
-    out->node()->replaceInput(0, read);  // the conversion itself reads the attribute
+    // One conversion right before each use, not one after the read: a traced graph may read
+    // every attribute up front, and converted there all would live at once (a full copy).
+    const std::vector<jit::Use> uses = read->uses();  // a copy: replaceInput edits the live list
+    for (const auto& use : uses) {
+      jit::WithInsertPoint guard(use.user);
+      use.user->replaceInput(use.offset, copy->insert(c10::aten::to, {read, c10::IValue(to.device), c10::IValue(type)}));
+    }
   }
   retargetGraph(copy, to);
   return copy;
