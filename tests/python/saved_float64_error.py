@@ -12,12 +12,7 @@ import sys
 
 import torch
 
-
-def tensors(data, prefix):
-    found = []
-    while hasattr(data, f"{prefix}_{len(found)}"):
-        found.append(getattr(data, f"{prefix}_{len(found)}"))
-    return found
+from check_folded_model import tensors  # same folder: the DATA.pt convention lives there
 
 
 def flat(out):
