@@ -9,6 +9,7 @@
 #include "command.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::cli {
 namespace {
@@ -44,6 +45,9 @@ void setup(CLI::App& app, int& exitCode) {
     for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = progress;
     auto model = importTorchScript(o->model, io);
+    // The fold clones the loaded module; the file's bytes kept for fresh copies (as many again
+    // as the model) are not needed past the import.
+    model.torch->archive.reset();
     AnalysisOptions ao;
     ao.allowUntie = !o->noUntie;
     ao.only = o->only;
@@ -57,11 +61,16 @@ void setup(CLI::App& app, int& exitCode) {
     const auto& v = folded.report.verification;
     if (o->json) std::cout << toJson(folded.report).dump(2) << "\n";
     else std::cout << toText(folded.report);
-    if (v.ran && !v.float64Equivalent) {
-      for (const auto& c : v.checks)
+    if (v.ran && !v.passed()) {
+      for (const auto& c : v.checks) {
         if (c.dtype == "float64" && !(c.maxRel <= fo.float64Tolerance))
           std::fprintf(stderr, "foldnorm: error: output %zu (%s) diverged in float64: relative error %.3e > %.0e; "
                        "not writing %s\n", c.output, c.shape.c_str(), c.maxRel, fo.float64Tolerance, o->out.c_str());
+        if (c.unexplainedFlips > 0)
+          std::fprintf(stderr, "foldnorm: error: output %zu (%s): %lld prediction flip(s) not within float32 "
+                       "rounding; not writing %s\n", c.output, c.shape.c_str(),
+                       static_cast<long long>(c.unexplainedFlips), o->out.c_str());
+      }
       exitCode = 3;
       return;
     }

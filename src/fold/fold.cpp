@@ -20,7 +20,14 @@ namespace jit = torch::jit;
 FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   progress("copying the model");
-  auto m = freshCopy(*model.torch);
+  // A clone with its own types and objects that shares every tensor with the original except
+  // the planned ones, which get copies of their own (centering writes into them): a fold needs
+  // the model's bytes once more only for what it changes. The clone's forward is the original's
+  // graph copied, so inlined in place it has the node order the importer walked (tablesFor checks).
+  // So the folded model's unplanned tensors ARE the original's: replace them, never write into them.
+  std::vector<at::Tensor> planned;
+  for (const auto& plan : analysis.plan) planned.push_back(model.torch->parameterTensors.at(plan.param));
+  auto m = cloneSharing(model.torch->module, planned, {std::nullopt, c10::kCPU});
   auto graph = inlineForwardInPlace(m);
   FoldedModel result;
   result.report.input = model.path;
@@ -34,6 +41,11 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
   result.torch = tm;
   if (options.verify) result.report.verification = fold_detail::verify(model, analysis, m, graph, options);
   return result;
+}
+
+Verification verifyFold(const ImportedModel& model, const AnalysisResult& analysis, const FoldedModel& folded,
+                        const FoldOptions& options) {
+  return fold_detail::verify(model, analysis, folded.torch->module, folded.torch->graph, options);
 }
 
 void checkOutputPath(const std::string& inputPath, const std::string& outPath) {

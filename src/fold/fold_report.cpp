@@ -27,11 +27,27 @@ nlohmann::json toJson(const FoldReport& r) {
     vj["predictions_unchanged"] = v.predictionsUnchanged;
     vj["worst_relative_float64"] = v.worstRelative64;
     vj["worst_relative_float32"] = v.worstRelative32;
+    vj["saved_float64"] = {{"worst_relative", v.worstRelativeSaved64},
+                           {"bound", v.savedFloat64Bound},
+                           {"within_bound", v.savedWithinBound}};
+    auto worst = nlohmann::json::array();
+    for (const auto& f : v.worstFlips)
+      worst.push_back({{"output", f.output}, {"input_set", f.run}, {"row", f.row}, {"margin", f.margin},
+                       {"error_bound", f.errorBound}, {"within_rounding", f.withinRounding()}});
+    vj["predictions"] = {{"rows", v.predictionRows},
+                         {"flipped", v.flippedRows},
+                         {"flipped_within_rounding", v.flippedRows - v.unexplainedFlips},
+                         {"flipped_not_within_rounding", v.unexplainedFlips},
+                         {"worst_flips", worst}};
+    vj["passed"] = v.passed();
     auto checks = nlohmann::json::array();
     for (const auto& c : v.checks) {
       nlohmann::json cj{{"dtype", c.dtype}, {"output", c.output}, {"shape", c.shape},
                         {"max_abs", c.maxAbs}, {"max_rel", c.maxRel}};
       if (c.hasPredictions) cj["argmax_agreement"] = c.argmaxAgreement;
+      if (c.dtype == "float32" && c.hasPredictions)
+        cj["predictions"] = {{"rows", c.rows}, {"flipped", c.flippedRows},
+                             {"flipped_not_within_rounding", c.unexplainedFlips}};
       checks.push_back(cj);
     }
     vj["checks"] = checks;
@@ -59,16 +75,35 @@ std::string toText(const FoldReport& r) {
     return out;
   }
   out += strf("verification on %s (%d input sets):\n", v.device.c_str(), v.runs);
-  out += strf("  %-8s %6s  %-24s %12s %12s  %s\n", "dtype", "output", "shape", "max abs", "max rel",
+  out += strf("  %-13s %6s  %-24s %12s %12s  %s\n", "comparison", "output", "shape", "max abs", "max rel",
               "argmax unchanged");
   for (const auto& c : v.checks)
-    out += strf("  %-8s %6zu  %-24s %12.3e %12.3e  %s\n", c.dtype.c_str(), c.output, c.shape.c_str(), c.maxAbs,
+    out += strf("  %-13s %6zu  %-24s %12.3e %12.3e  %s\n", c.dtype.c_str(), c.output, c.shape.c_str(), c.maxAbs,
                 c.maxRel, c.hasPredictions ? strf("%.2f%%", 100 * c.argmaxAgreement).c_str() : "-");
   out += v.float64Equivalent
-             ? strf("float64: equivalent (worst relative error %.2e: float64 rounding)\n", v.worstRelative64)
-             : strf("float64: NOT equivalent (worst relative error %.2e): this is a bug\n", v.worstRelative64);
-  out += strf("float32: worst relative error %.2e; predictions %s\n", v.worstRelative32,
-              v.predictionsUnchanged ? "unchanged" : "CHANGED on some rows");
+             ? strf("float64 (the plan): equivalent (worst relative error %.2e: float64 rounding)\n", v.worstRelative64)
+             : strf("float64 (the plan): NOT equivalent (worst relative error %.2e): this is a bug\n",
+                    v.worstRelative64);
+  out += strf("saved file in float64: worst relative error %.2e (%s the bound %.0e for weights rounded to float32 "
+              "after centering%s)\n",
+              v.worstRelativeSaved64, v.savedWithinBound ? "within" : "ABOVE", v.savedFloat64Bound,
+              v.savedWithinBound ? "" : ": look at the centered weights");
+  out += strf("float32: worst relative error %.2e\n", v.worstRelative32);
+  if (v.flippedRows == 0) {
+    out += strf("predictions: unchanged (0 of %lld rows flipped)\n", static_cast<long long>(v.predictionRows));
+  } else {
+    out += strf("predictions: %lld of %lld rows flipped, ", static_cast<long long>(v.flippedRows),
+                static_cast<long long>(v.predictionRows));
+    if (v.unexplainedFlips == 0)
+      out += strf("all %lld within float32 rounding (top-2 margin <= row error bound)\n",
+                  static_cast<long long>(v.flippedRows));
+    else
+      out += strf("%lld NOT within float32 rounding (top-2 margin > row error bound): this is a bug\n",
+                  static_cast<long long>(v.unexplainedFlips));
+    for (const auto& f : v.worstFlips)
+      out += strf("  output %zu, input set %d, row %lld: top-2 margin %.3e %s error bound %.3e\n", f.output, f.run,
+                  static_cast<long long>(f.row), f.margin, f.withinRounding() ? "<=" : ">", f.errorBound);
+  }
   return out;
 }
 

@@ -1,6 +1,10 @@
 // Verification of a fold: original vs folded on the example and random inputs, in the model's
-// dtype (practical equivalence) and on float64 copies (true equivalence).
+// dtype (practical equivalence), the plan in float64 (true equivalence: the verdict), and the
+// saved float32 file run in float64 (what a user who checks the file in float64 sees).
 #include <torch/cuda.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/torch/model_surgery.h"
@@ -9,24 +13,32 @@
 namespace foldnorm::fold_detail {
 namespace {
 
+bool hasPredictions(const at::Tensor& t) {
+  return t.is_floating_point() && t.dim() >= 1 && t.size(-1) > 1 && t.numel() > 0;
+}
+
+OutputCheck& checkFor(std::vector<OutputCheck>& checks, const std::string& dtype, std::size_t output,
+                      const at::Tensor& shapeOf) {
+  auto it = std::find_if(checks.begin(), checks.end(),
+                         [&](const auto& c) { return c.dtype == dtype && c.output == output; });
+  if (it != checks.end()) return *it;
+  OutputCheck c;
+  c.dtype = dtype;
+  c.output = output;
+  c.shape = formatShape(shapeOf.sizes().vec()) + " " + dtypeName(shapeOf.scalar_type());
+  checks.push_back(c);
+  return checks.back();
+}
+
 void compare(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
              const std::string& dtype, std::vector<OutputCheck>& checks) {
   if (original.size() != folded.size())
     throw std::logic_error("fold: the folded model returns a different number of outputs");
   for (std::size_t i = 0; i < original.size(); ++i) {
     auto a = original[i].detach().to(at::kCPU), b = folded[i].detach().to(at::kCPU);
-    auto it = std::find_if(checks.begin(), checks.end(),
-                           [&](const auto& c) { return c.dtype == dtype && c.output == i; });
-    if (it == checks.end()) {
-      OutputCheck c;
-      c.dtype = dtype;
-      c.output = i;
-      c.shape = formatShape(a.sizes().vec()) + " " + dtypeName(a.scalar_type());
-      checks.push_back(c);
-      it = checks.end() - 1;
-    }
+    auto& c = checkFor(checks, dtype, i, a);
     if (!a.is_floating_point()) {
-      if (!a.equal(b)) it->maxRel = it->maxAbs = std::numeric_limits<double>::infinity();
+      if (!a.equal(b)) c.maxRel = c.maxAbs = std::numeric_limits<double>::infinity();
       continue;
     }
     auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
@@ -34,12 +46,61 @@ void compare(const std::vector<at::Tensor>& original, const std::vector<at::Tens
     double scale = ad.abs().max().item<double>();
     double rel = maxAbs / std::max(scale, std::numeric_limits<double>::min());
     if (!std::isfinite(maxAbs)) rel = maxAbs = std::numeric_limits<double>::infinity();
-    it->maxAbs = std::max(it->maxAbs, maxAbs);
-    it->maxRel = std::max(it->maxRel, rel);
-    if (a.dim() >= 1 && a.size(-1) > 1 && a.numel() > 0) {
-      it->hasPredictions = true;
+    c.maxAbs = std::max(c.maxAbs, maxAbs);
+    c.maxRel = std::max(c.maxRel, rel);
+    if (hasPredictions(a)) {
+      c.hasPredictions = true;
       double agree = (a.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
-      it->argmaxAgreement = std::min(it->argmaxAgreement, agree);
+      c.argmaxAgreement = std::min(c.argmaxAgreement, agree);
+    }
+  }
+}
+
+/// How flips are ranked: the closer margin/errorBound is to (or the further above) 1, the worse.
+double badness(const PredictionFlip& f) {
+  if (f.errorBound > 0) return f.margin / f.errorBound;
+  return f.margin > 0 || std::isnan(f.margin) ? std::numeric_limits<double>::infinity() : 0;
+}
+
+void keepWorst(std::vector<PredictionFlip>& flips, std::size_t keep) {
+  std::stable_sort(flips.begin(), flips.end(),
+                   [](const auto& x, const auto& y) { return badness(x) > badness(y); });
+  if (flips.size() > keep) flips.resize(keep);
+}
+
+/// Rows of each float32 output whose argmax flipped, and whether float32 rounding explains each
+/// (PredictionFlip in fold.h gives the bound and why it holds for every rounding flip).
+/// `a`, `b`: original and folded in float32; `z`: the original in float64; `s`: the saved file
+/// in float64.
+void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b,
+                      const std::vector<at::Tensor>& z, const std::vector<at::Tensor>& s, double savedBound,
+                      std::vector<OutputCheck>& checks, std::vector<PredictionFlip>& worst) {
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto a32 = a[i].detach().to(at::kCPU);
+    if (!hasPredictions(a32)) continue;
+    const auto n = a32.size(-1);
+    auto rowsOf = [n](const at::Tensor& t) { return t.detach().to(at::kCPU).reshape({-1, n}); };
+    auto A = rowsOf(a32), B = rowsOf(b[i]);
+    auto& c = checkFor(checks, "float32", i, a32);
+    c.rows += A.size(0);
+    auto flipped = (A.argmax(1) != B.argmax(1)).nonzero().flatten();
+    if (flipped.numel() == 0) continue;
+    auto pick = [&](const at::Tensor& rows) { return rows.index_select(0, flipped).to(at::kDouble); };
+    auto Z = pick(rowsOf(z[i])), S = pick(rowsOf(s[i]));
+    auto top2 = std::get<0>(Z.topk(2, 1));
+    auto margin = top2.select(1, 0) - top2.select(1, 1);
+    auto savedCap = savedBound * rowsOf(z[i]).abs().max().item<double>();
+    auto bound = 2 * ((pick(A) - Z).abs().amax(1) + (pick(B) - S).abs().amax(1) +
+                      (S - Z).abs().amax(1).clamp_max(savedCap));
+    auto rows = flipped.accessor<int64_t, 1>();
+    auto m = margin.accessor<double, 1>();
+    auto e = bound.accessor<double, 1>();
+    for (int64_t k = 0; k < flipped.numel(); ++k) {
+      PredictionFlip f{i, run, rows[k], m[k], e[k]};
+      ++c.flippedRows;
+      if (!f.withinRounding()) ++c.unexplainedFlips;
+      worst.push_back(f);
+      if (worst.size() > 64 * kWorstFlips) keepWorst(worst, kWorstFlips);
     }
   }
 }
@@ -52,6 +113,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   Verification v;
   v.ran = true;
   v.device = options.device;
+  v.savedFloat64Bound = options.savedFloat64Bound;
   c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
   if (device.is_cuda() && !torch::cuda::is_available())
     throw SettingError("device", "no CUDA device is available here to verify on");
@@ -73,37 +135,50 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     folded32.to(device);
   }
   auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
-  for (std::size_t r = 0; r < inputSets.size(); ++r) {
-    progress(strf("verifying in the model's dtype: input set %zu/%zu", r + 1, inputSets.size()));
-    auto in = retargetInputs(inputSets[r], {std::nullopt, device});
-    compare(runGraph(original32, tm.graph, in), runGraph(folded32, folded32Graph, in), "float32", v.checks);
-  }
 
-  // float64: the plan applied to a float64 copy of the original.
-  progress("verifying in float64 (copies of both models)");
+  // float64. The original and the saved file run on their own float32 weights, upcast at each
+  // read (exact, and no copy of the weights). The plan needs its centering unrounded: it is
+  // applied to a clone of the original that shares every tensor but the planned ones, which get
+  // float64 copies of their own (centering writes into them).
+  progress("preparing the float64 runs");
   const RetargetOptions float64{at::kDouble, device};
-  auto original64 = freshCopy(tm);
-  auto graph64 = inlineForwardInPlace(original64);
-  auto folded64 = freshCopy(tm);
-  auto foldedGraph64 = inlineForwardInPlace(folded64);
-  retargetAttributes(original64, float64);
-  retargetAttributes(folded64, float64);
+  auto original64Graph = convertedReads(tm.module, tm.graph, float64);
+  auto saved64Graph = convertedReads(folded, foldedGraph, float64);
+  std::vector<at::Tensor> planned;
+  for (const auto& plan : analysis.plan) planned.push_back(tm.parameterTensors.at(plan.param));
+  auto plan64 = cloneSharing(tm.module, planned, {at::kDouble, c10::kCPU});
+  auto planGraph = inlineForwardInPlace(plan64);
   // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
-  applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
-  retargetGraph(graph64, float64);
-  retargetGraph(foldedGraph64, float64);
+  applyPlan(plan64, planGraph, model, analysis, nullptr);
+  auto plan64Graph = convertedReads(plan64, planGraph, float64);
+
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
-    progress(strf("verifying in float64: input set %zu/%zu", r + 1, inputSets.size()));
-    auto in = retargetInputs(inputSets[r], float64);
-    compare(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
+    progress(strf("verifying on input set %zu/%zu (float32, float64, saved file in float64)", r + 1,
+                  inputSets.size()));
+    auto in32 = retargetInputs(inputSets[r], {std::nullopt, device});
+    auto in64 = retargetInputs(inputSets[r], float64);
+    auto a = runGraph(original32, tm.graph, in32), b = runGraph(folded32, folded32Graph, in32);
+    auto z = runGraph(tm.module, original64Graph, in64);
+    auto s = runGraph(folded, saved64Graph, in64);
+    compare(a, b, "float32", v.checks);
+    compare(z, runGraph(plan64, plan64Graph, in64), "float64", v.checks);
+    compare(z, s, "saved-float64", v.checks);
+    checkPredictions(static_cast<int>(r), a, b, z, s, options.savedFloat64Bound, v.checks, v.worstFlips);
   }
+  keepWorst(v.worstFlips, kWorstFlips);
   for (const auto& c : v.checks) {
     if (c.dtype == "float64") {
       v.worstRelative64 = std::max(v.worstRelative64, c.maxRel);
       if (!(c.maxRel <= options.float64Tolerance)) v.float64Equivalent = false;
+    } else if (c.dtype == "saved-float64") {
+      v.worstRelativeSaved64 = std::max(v.worstRelativeSaved64, c.maxRel);
+      if (!(c.maxRel <= options.savedFloat64Bound)) v.savedWithinBound = false;
     } else {
       v.worstRelative32 = std::max(v.worstRelative32, c.maxRel);
       if (c.hasPredictions && c.argmaxAgreement < 1) v.predictionsUnchanged = false;
+      v.predictionRows += c.rows;
+      v.flippedRows += c.flippedRows;
+      v.unexplainedFlips += c.unexplainedFlips;
     }
   }
   return v;

@@ -1,11 +1,16 @@
 // Retargeting copies of a traced module (see include/foldnorm/torch/model_surgery.h).
 #include "foldnorm/torch/model_surgery.h"
 
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <cstring>
+
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 
 namespace foldnorm {
 namespace {
@@ -25,23 +30,32 @@ ViewKey viewKey(const at::Tensor& t) {
   return {base, t.has_storage() ? t.storage_offset() : 0, t.sizes().vec(), t.strides().vec()};
 }
 
-void retargetSlots(const jit::Module& m, const RetargetOptions& to, std::map<ViewKey, at::Tensor>& memo) {
+const void* storageOf(const at::Tensor& t) {
+  return t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl()) : nullptr;
+}
+
+/// `only`: the storages to convert (empty: all).
+void retargetSlots(const jit::Module& m, const RetargetOptions& to, std::map<ViewKey, at::Tensor>& memo,
+                   const std::set<const void*>& only) {
   auto object = m._ivalue();
   for (std::size_t i = 0; i < object->slots().size(); ++i) {
     const auto value = object->getSlot(i);
     if (value.isTensor()) {
       const auto t = value.toTensor();
       if (!t.defined()) continue;
+      if (!only.empty() && !only.count(storageOf(t))) continue;
       auto key = viewKey(t);
       auto it = memo.find(key);
       if (it == memo.end()) {
-        auto converted = t.detach().to(to.device, targetType(t, to));
+        // A partial retarget (`only`) is for a clone that shares tensors with its original: a
+        // tensor already in the target dtype is still copied, so writes never reach the original.
+        auto converted = t.detach().to(to.device, targetType(t, to), /*non_blocking=*/false, /*copy=*/!only.empty());
         converted.set_requires_grad(t.requires_grad() && converted.is_floating_point());
         it = memo.emplace(std::move(key), converted).first;
       }
       object->setSlot(i, it->second);
     } else if (value.isObject() && value.toObject()->type()->is_module()) {
-      retargetSlots(jit::Module(value.toObject()), to, memo);
+      retargetSlots(jit::Module(value.toObject()), to, memo, only);
     }
   }
 }
@@ -68,7 +82,35 @@ bool isDtypeArgument(const jit::Node* user, std::size_t offset) {
 
 void retargetAttributes(const jit::Module& module, const RetargetOptions& to) {
   std::map<ViewKey, at::Tensor> memo;
-  retargetSlots(module, to, memo);
+  retargetSlots(module, to, memo, {});
+}
+
+namespace {
+
+/// Throws if a tensor slot of `m` (recursively) lies in one of `storages`.
+void checkNoneShared(const jit::Module& m, const std::set<const void*>& storages) {
+  auto object = m._ivalue();
+  for (std::size_t i = 0; i < object->slots().size(); ++i) {
+    const auto value = object->getSlot(i);
+    if (value.isTensor() && value.toTensor().defined() && storages.count(storageOf(value.toTensor())))
+      throw std::logic_error("model surgery: a clone still shares a tensor it was to own (" +
+                             object->type()->getAttributeName(i) + ")");
+    if (value.isObject() && value.toObject()->type()->is_module()) checkNoneShared(jit::Module(value.toObject()), storages);
+  }
+}
+
+}  // namespace
+
+jit::Module cloneSharing(const jit::Module& module, const std::vector<at::Tensor>& own, const RetargetOptions& to) {
+  auto clone = module.clone(/*inplace=*/true);
+  std::set<const void*> storages;
+  for (const auto& t : own)
+    if (t.defined() && storageOf(t)) storages.insert(storageOf(t));
+  if (storages.empty()) return clone;
+  std::map<ViewKey, at::Tensor> memo;
+  retargetSlots(clone, to, memo, storages);
+  checkNoneShared(clone, storages);
+  return clone;
 }
 
 int retargetGraph(const std::shared_ptr<jit::Graph>& graph, const RetargetOptions& to) {
@@ -106,6 +148,36 @@ int retargetGraph(const std::shared_ptr<jit::Graph>& graph, const RetargetOption
   return rewritten;
 }
 
+std::shared_ptr<jit::Graph> convertedReads(const jit::Module& module, const std::shared_ptr<jit::Graph>& graph,
+                                           const RetargetOptions& to) {
+  auto copy = graph->copy();
+  // What each value of the copy holds when it is an attribute read from `self` (after inlining
+  // every read is a prim::GetAttr chain from the first input).
+  std::unordered_map<const jit::Value*, c10::IValue> held{{copy->inputs().at(0), c10::IValue(module._ivalue())}};
+  std::vector<std::pair<jit::Value*, at::Tensor>> tensorReads;
+  for (auto* n : copy->nodes()) {
+    if (n->kind() != c10::prim::GetAttr) continue;
+    auto it = held.find(n->input(0));
+    if (it == held.end() || !it->second.isObject()) continue;
+    auto value = it->second.toObject()->getAttr(n->s(c10::attr::name));
+    if (value.isObject()) held.emplace(n->output(), value);
+    else if (value.isTensor() && value.toTensor().defined()) tensorReads.emplace_back(n->output(), value.toTensor());
+  }
+  for (auto& [read, tensor] : tensorReads) {
+    const auto type = targetType(tensor, to);
+    if (type == tensor.scalar_type() && tensor.device() == to.device) continue;
+    // One conversion right before each use, not one after the read: a traced graph may read
+    // every attribute up front, and converted there all would live at once (a full copy).
+    const std::vector<jit::Use> uses = read->uses();  // a copy: replaceInput edits the live list
+    for (const auto& use : uses) {
+      jit::WithInsertPoint guard(use.user);
+      use.user->replaceInput(use.offset, copy->insert(c10::aten::to, {read, c10::IValue(to.device), c10::IValue(type)}));
+    }
+  }
+  retargetGraph(copy, to);
+  return copy;
+}
+
 std::vector<at::Tensor> retargetInputs(const std::vector<at::Tensor>& inputs, const RetargetOptions& to) {
   std::vector<at::Tensor> out;
   out.reserve(inputs.size());
@@ -119,9 +191,34 @@ std::string serializeModule(const jit::Module& module) {
   return os.str();
 }
 
+namespace {
+
+/// The zip reader's view of bytes held elsewhere (they must outlive the load).
+class BytesReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* what) const override {
+    // Reading past the end fails as LibTorch's istream adapter does, in its words (the import
+    // tells truncated archives apart by them).
+    TORCH_CHECK(pos <= bytes_.size() && n <= bytes_.size() - pos, "istream reader failed: ", what, ".");
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+}  // namespace
+
 jit::Module loadModule(const std::string& bytes) {
-  std::istringstream is(bytes);
-  return jit::load(is, c10::Device(c10::kCPU));
+  jit::ExtraFilesMap none;
+  return loadModule(bytes, none, true);
+}
+
+jit::Module loadModule(const std::string& bytes, jit::ExtraFilesMap& extra, bool loadDebugFiles) {
+  return jit::load(std::make_shared<BytesReader>(bytes), c10::Device(c10::kCPU), extra, loadDebugFiles);
 }
 
 }  // namespace foldnorm

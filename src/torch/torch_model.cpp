@@ -108,6 +108,7 @@ std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& modu
 
 torch::jit::Module freshCopy(const TorchModel& model) {
   if (model.makeCopy) return model.makeCopy();
+  if (!model.archive) throw std::logic_error("freshCopy: the model's archive bytes were released");
   std::istringstream in(*model.archive);
   return jit::load(in, c10::Device(c10::kCPU), model.debugRecords);
 }

@@ -31,6 +31,14 @@ struct RetargetOptions {
 /// strides) share their copy, so tied weights stay tied.
 void retargetAttributes(const torch::jit::Module& module, const RetargetOptions& to);
 
+/// A clone of `module` (own types and objects: attributes can be set and registered on it) that
+/// shares every tensor with `module` except those sharing a storage with one of `own`: these get
+/// copies of their own, converted as `to` says (tensors that shared a storage share their copy).
+/// What the fold and its float64 plan write into is never the original's. Throws
+/// std::logic_error if a slot would still hold one of `own`'s storages.
+torch::jit::Module cloneSharing(const torch::jit::Module& module, const std::vector<at::Tensor>& own,
+                                const RetargetOptions& to);
+
 /// Rewrites what the trace baked into `graph` (see above): floating tensor constants to `dtype`
 /// (all tensor constants to `device`), device constants to `device`, and dtype codes passed as
 /// a dtype argument: the float32 code, and for a float64 target also the float16 and bfloat16
@@ -38,13 +46,24 @@ void retargetAttributes(const torch::jit::Module& module, const RetargetOptions&
 /// Returns how many constants and uses were rewritten.
 int retargetGraph(const std::shared_ptr<torch::jit::Graph>& graph, const RetargetOptions& to);
 
+/// A copy of `graph` (a forward of `module`, first input `self`) that converts each tensor
+/// attribute it reads to `to` right after the read (floating ones to `to.dtype`, all to
+/// `to.device`), with retargetGraph applied. Run on `module` itself it computes what a converted
+/// copy would, without one: the float64 check of a 6 GB float32 model needs no 12 GB copy, and
+/// what it checks are the very float32 weights the module holds, upcast exactly.
+std::shared_ptr<torch::jit::Graph> convertedReads(const torch::jit::Module& module,
+                                                  const std::shared_ptr<torch::jit::Graph>& graph,
+                                                  const RetargetOptions& to);
+
 /// Floating inputs to `dtype`, every input to `device`.
 std::vector<at::Tensor> retargetInputs(const std::vector<at::Tensor>& inputs, const RetargetOptions& to);
 
 /// The module's bytes as torch.jit.save writes them.
 std::string serializeModule(const torch::jit::Module& module);
 
-/// A fresh, independent module (own types and tensors) from `bytes`, on the CPU.
+/// A fresh, independent module (own types and tensors) from `bytes`, on the CPU. Reads the bytes
+/// where they are (an std::istringstream would first copy them: one more model's worth).
 torch::jit::Module loadModule(const std::string& bytes);
+torch::jit::Module loadModule(const std::string& bytes, torch::jit::ExtraFilesMap& extra, bool loadDebugFiles);
 
 }  // namespace foldnorm

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/torch/model_surgery.h"
 #include "steps.h"
 
 namespace foldnorm {
@@ -85,8 +86,7 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
   jit::ExtraFilesMap extra{{kInputSpecExtraFile, ""}};
   jit::Module module;
   try {
-    std::istringstream in(*archive);
-    module = jit::load(in, c10::Device(c10::kCPU), extra, /*load_debug_files=*/damaged.empty());
+    module = loadModule(*archive, extra, /*loadDebugFiles=*/damaged.empty());  // no copy of the bytes
   } catch (const c10::Error& e) {
     throwLoadError(path, *archive, e);
   } catch (const std::exception& e) {  // the TorchScript parser's ErrorReport: damaged code/

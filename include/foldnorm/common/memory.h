@@ -1,0 +1,97 @@
+// Resident memory of this process, step by step (Linux /proc): what the fold's memory table in
+// docs/performance.md and its regression test measure. A step's peak is the kernel's high-water
+// mark (VmHWM) since the step began: writing 5 to /proc/self/clear_refs resets it to the current
+// resident size, so each step's figure is its own, not the process's maximum so far.
+#pragma once
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace foldnorm {
+
+namespace memory_detail {
+/// A "Vm...:  123 kB" line of /proc/self/status, in bytes; -1 where there is none.
+inline int64_t statusBytes(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) {
+      std::istringstream fields(line.substr(key.size() + 1));
+      int64_t kb = -1;
+      fields >> kb;
+      return kb < 0 ? -1 : kb * 1024;
+    }
+  return -1;
+}
+}  // namespace memory_detail
+
+inline int64_t residentBytes() { return memory_detail::statusBytes("VmRSS"); }
+inline int64_t peakResidentBytes() { return memory_detail::statusBytes("VmHWM"); }
+
+/// Resets the high-water mark to the current resident size; false where the kernel does not
+/// allow it (then peaks are the process's maximum so far: upper bounds).
+inline bool resetPeakResident() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+/// Peak and resident size of each step of a pipeline. begin(name) ends the running step.
+class StepMemory {
+ public:
+  struct Step {
+    std::string name;
+    int64_t peak = 0;   // highest resident size during the step (bytes)
+    int64_t after = 0;  // resident size when it ended, after freed heap went back to the system
+    double seconds = 0;
+  };
+
+  StepMemory() : exactPeaks_(resetPeakResident()), baseline_(residentBytes()) {}
+
+  void begin(const std::string& name) {
+    if (running_ && current_.name == name) return;  // the same step, said again (one per input set)
+    end();
+    running_ = true;
+    current_ = Step{name};
+    exactPeaks_ = resetPeakResident() && exactPeaks_;
+    start_ = std::chrono::steady_clock::now();
+  }
+
+  void end() {
+    if (!running_) return;
+    running_ = false;
+    current_.peak = peakResidentBytes();
+    // What the heap still holds but no longer uses is not the step's: hand it back first.
+    ::malloc_trim(0);
+    current_.after = residentBytes();
+    current_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    steps_.push_back(current_);
+  }
+
+  const std::vector<Step>& steps() const { return steps_; }
+  int64_t baseline() const { return baseline_; }  // resident size before the first step
+  bool exactPeaks() const { return exactPeaks_; }
+  int64_t worstPeak() const {
+    int64_t worst = 0;
+    for (const auto& s : steps_) worst = std::max(worst, s.peak);
+    return worst;
+  }
+
+ private:
+  bool exactPeaks_;
+  int64_t baseline_;
+  bool running_ = false;
+  Step current_;
+  std::vector<Step> steps_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace foldnorm
