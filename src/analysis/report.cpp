@@ -233,7 +233,10 @@ std::string toText(const Graph& g, const AnalysisResult& r, bool verbose) {
       out += fmt::format("absorb {} into {} (scaled centering, rule {})\n", g.parameter(leaf.scale).path,
                          into.modulePath.empty() ? into.kind : into.modulePath, leaf.rule);
     }
-  for (const auto& ic : r.insertions) out += describeInsertion(g, ic) + "\n";
+  for (const auto& ic : r.insertions) {
+    out += describeInsertion(g, ic) + "\n";
+    if (!ic.inserted && !ic.path.empty()) out += fmt::format("      path: {}\n", describePath(g, ic.path, "->"));
+  }
   int64_t untied = 0;
   for (const auto& p : r.plan)
     if (p.untie) {
