@@ -41,6 +41,7 @@ namespace {
 struct Row {
   std::string model, source, preset;
   std::size_t nodes = 0, lns = 0, foldable = 0, parameters = 0;
+  std::size_t paperFoldable = 0, scalesAbsorbed = 0, insertions = 0;  // the paper's rules alone; beyond
   int64_t untieBytes = 0;
   double importSeconds = 0;
   AnalysisTiming timing;
@@ -72,6 +73,12 @@ Row analyse(const std::string& path, const std::string& name, const std::string&
   r.nodes = model.graph.nodeCount();
   r.lns = result.layerNorms.size();
   r.foldable = result.foldableCount();
+  AnalysisOptions paper;  // the paper's rules: neither fold beyond it (method.md sections 7, 8)
+  paper.scaleAbsorb = false;
+  paper.insertCentering = false;
+  r.paperFoldable = analyzeFoldability(model.graph, paper).foldableCount();
+  for (auto l : result.centeredLeaves) r.scalesAbsorbed += result.leaves[l].scale != kNone;
+  for (const auto& ic : result.insertions) r.insertions += ic.inserted;
   r.parameters = result.plan.size();
   r.untieBytes = result.untieBytes();
   for (const auto& v : result.layerNorms) {
@@ -190,9 +197,12 @@ int main(int argc, char** argv) {
        << "median (p10-p90) of " << reps << " runs after 2 warm-up runs, excluding the load and the\n"
        << "shape-recording run (import time is shown apart). Architectures and reasons: docs/architectures.md;\n"
        << "corpus models (preset: their family; \"(old)\": traced under the older libraries) and the oracle\n"
-       << "that confirms each verdict: docs/corpus.md.\n\n"
-       << "| model | source | preset | graph nodes | LNs | foldable | not foldable (reason: count) | params changed | untied | import s | analysis ms |\n"
-       << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+       << "that confirms each verdict: docs/corpus.md. \"paper\" counts the LNs foldable under the paper's\n"
+       << "rules alone; \"foldable\" adds the two folds beyond it (method.md sections 7 and 8): \"scales\" is\n"
+       << "the number of per-channel scales absorbed (scaled centering), \"inserted\" the number of\n"
+       << "centerings inserted (CLI: `--no-scale-absorb`, `--no-insert-centering` turn them off).\n\n"
+       << "| model | source | preset | graph nodes | LNs | paper | foldable | scales | inserted | not foldable (reason: count) | params changed | untied | import s | analysis ms |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& r : rows) {
       std::string why;
       for (const auto& [reason, paths] : r.reasons) why += (why.empty() ? "" : ", ") + reason + ": " + std::to_string(paths.size());
@@ -201,7 +211,8 @@ int main(int argc, char** argv) {
       char imp[32];
       std::snprintf(imp, sizeof imp, "%.1f", r.importSeconds);
       md << "| " << r.model << " | " << r.source << " | " << r.preset << " | " << r.nodes << " | " << r.lns << " | "
-         << r.foldable << " | " << (why.empty() ? "-" : why) << " | " << r.parameters << " | "
+         << r.paperFoldable << " | " << r.foldable << " | " << r.scalesAbsorbed << " | " << r.insertions << " | "
+         << (why.empty() ? "-" : why) << " | " << r.parameters << " | "
          << bytesText(r.untieBytes) << " | " << imp << " | " << t << " |\n";
     }
     if (!skipped.empty()) {

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,11 +17,19 @@
 namespace foldnorm::test {
 
 /// `t` (in float64) with its mean along each action's axis removed within each group: what
-/// the fold does to a parameter, without the cast back.
-inline at::Tensor centered64(at::Tensor t, const std::vector<CenterAction>& actions) {
+/// the fold does to a parameter, without the cast back. A scaled action (method.md section 7)
+/// subtracts mean_k(s_k x[k]) / s_c instead, s = scaleOf(action.scale).
+inline at::Tensor centered64(at::Tensor t, const std::vector<CenterAction>& actions,
+                             const std::function<at::Tensor(ParamId)>& scaleOf = {}) {
   auto x = t.detach().to(at::kDouble);
   for (const auto& a : actions) {
     auto n = x.size(a.axis);
+    if (a.scale != kNone) {
+      auto s = scaleOf(a.scale).detach().to(at::kDouble).reshape({-1});
+      auto moved = x.movedim(a.axis, -1);
+      x = (moved - (moved * s).mean(-1, /*keepdim=*/true) / s).movedim(-1, a.axis);
+      continue;
+    }
     auto moved = x.movedim(a.axis, -1).contiguous();
     auto grouped = moved.reshape({-1, a.groups, n / a.groups});
     grouped = grouped - grouped.mean(-1, /*keepdim=*/true);
@@ -58,17 +67,25 @@ inline at::Tensor value64(const Analyzed& a, ValueId target, const std::vector<L
   jit::Module m = tm.makeCopy();
   copy->inputs().at(0)->setType(m.type());  // the copy's own class (an IR model's type is per build)
   auto actions = actionsOf(a.result, leafIds);
-  for (const auto& p : a.model.graph.parameters()) {
-    if (p.isConstant) continue;
+  auto ownerOf = [&](std::string name) {
     jit::Module owner = m;
-    std::string name = p.path;
     for (auto dot = name.find('.'); dot != std::string::npos; dot = name.find('.')) {
       owner = owner.attr(name.substr(0, dot)).toModule();
       name = name.substr(dot + 1);
     }
+    return std::make_pair(owner, name);
+  };
+  // Scales are read, never centered: their values are the same before and after the loop.
+  auto scaleOf = [&](ParamId p) {
+    auto [owner, name] = ownerOf(a.model.graph.parameter(p).path);
+    return owner.attr(name).toTensor();
+  };
+  for (const auto& p : a.model.graph.parameters()) {
+    if (p.isConstant) continue;
+    auto [owner, name] = ownerOf(p.path);
     auto t = owner.attr(name).toTensor();
     auto it = actions.find(p.id);
-    owner.setattr(name, it == actions.end() ? t.to(at::kDouble) : centered64(t, it->second));
+    owner.setattr(name, it == actions.end() ? t.to(at::kDouble) : centered64(t, it->second, scaleOf));
   }
   std::vector<c10::IValue> stack{m._ivalue()};
   for (const auto& in : tm.exampleInputs) stack.emplace_back(in.is_floating_point() ? in.to(at::kDouble) : in);

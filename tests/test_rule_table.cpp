@@ -204,6 +204,14 @@ const std::vector<Row>& rows() {
     {"parameter", "  %h : Tensor = aten::add(%emb, %emb, %one)\n", "param:emb", "mean-zero {1}", 0, "{1}", "ignored"},
     {"mean-subtraction", "  %mu : Tensor = aten::mean(%u, %last, %t, %none)\n  %h : Tensor = aten::sub(%u, %mu, %one)\n",
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    // scaled leaf (issue 14): gamma * (W h + b), gamma per channel, in either operand order and
+    // through eval dropout; a conv's channel scale reshaped to [C,1,1]. The float64 check runs
+    // with the scaled map centered; a shift from upstream meets the per-feature product (seen).
+    {"scaled-leaf", "  %p : float = prim::Constant[value=0.1]()\n  %yd : Tensor = aten::dropout(%y, %p, %f)\n"
+                    "  %h : Tensor = aten::mul(%ln_w, %yd)\n", "h", "mean-zero {2}", 1, "{2}", "unsafe"},
+    {"scaled-leaf", kConv + "  %gs : int[] = prim::Constant[value=[8, 1, 1]]()\n"
+                    "  %g : Tensor = aten::reshape(%ln_w, %gs)\n  %h : Tensor = aten::mul(%cv, %g)\n",
+     "h", "mean-zero {1}", 0, "{1}", "unsafe"},
     // ---- preserving ----
     // b [8] is a parameter leaf along its axis 0 = axis 2 of the sum; its shift is constant along
     // the axes it is broadcast over too.

@@ -8,6 +8,7 @@
 
 #include "foldnorm/analysis/axes.h"
 #include "foldnorm/analysis/rules.h"
+#include "solver.h"
 
 namespace foldnorm {
 
@@ -21,6 +22,7 @@ const char* toString(VerdictReason reason) {
     case VerdictReason::ParameterConflict: return "parameter-conflict";
     case VerdictReason::NotSelected: return "not-selected";
     case VerdictReason::NoAxes: return "no-axes";
+    case VerdictReason::TurnedOff: return "turned-off";
   }
   return "?";
 }
@@ -73,8 +75,6 @@ std::vector<std::pair<ValueId, NodeId>> leafParameterUses(const Graph& g, const 
       if (g.value(in).param != kNone) uses.emplace_back(in, n);
   return uses;
 }
-
-namespace {
 
 /// Phase 3, one leaf: follow the shift forward. Constant axes meet over paths (ShiftFact::join).
 ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
@@ -154,6 +154,8 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
   return check;
 }
 
+namespace {
+
 /// LN ... breaker, following the blame of broken facts back to where they broke.
 std::vector<NodeId> blamePath(const Graph& g, const std::vector<MeanZeroFact>& facts, NodeId ln,
                               ValueId start) {
@@ -173,7 +175,7 @@ std::vector<NodeId> blamePath(const Graph& g, const std::vector<MeanZeroFact>& f
 }
 
 bool sameActions(std::vector<CenterAction> a, std::vector<CenterAction> b) {
-  auto key = [](const CenterAction& x) { return std::make_tuple(x.param, x.axis, x.groups); };
+  auto key = [](const CenterAction& x) { return std::make_tuple(x.param, x.axis, x.groups, x.scale); };
   auto less = [&](const CenterAction& x, const CenterAction& y) { return key(x) < key(y); };
   std::sort(a.begin(), a.end(), less);
   std::sort(b.begin(), b.end(), less);
@@ -190,13 +192,28 @@ struct LeafProblem {
 };
 using LeafProblems = std::map<LeafId, LeafProblem>;
 
-/// Phase 1: mean-zero facts of every value, one forward pass in topological order.
-void computeFacts(const Graph& g, AnalysisResult& result) {
+/// Phase 1: mean-zero facts of every value, one forward pass in topological order. An inserted
+/// centering replaces its value's fact by a leaf of its own (nothing to center; the value
+/// changes by its row mean, which the shift walk follows like a centered leaf's change).
+void computeFacts(const Graph& g, AnalysisResult& result,
+                  const std::vector<std::pair<ValueId, AxisSet>>& inserted) {
   result.facts.assign(g.valueCount(), MeanZeroFact{});
   for (auto id : g.topologicalOrder()) {
     const auto& rule = ruleFor(g, id);
     MeanZeroContext ctx(g, id, result.facts, result.leaves, rule.name);
     rule.meanZero(ctx);
+    for (const auto& [value, axes] : inserted) {
+      if (g.value(value).producer != id) continue;
+      Leaf leaf;
+      leaf.id = result.leaves.size();
+      leaf.kind = LeafKind::InsertedCentering;
+      leaf.node = id;
+      leaf.output = value;
+      leaf.axes = axes;
+      leaf.rule = "inserted-centering";
+      result.leaves.push_back(leaf);
+      result.facts.at(value) = MeanZeroFact::meanZero(axes, {leaf.id}, leaf.rule);
+    }
   }
 }
 
@@ -256,9 +273,17 @@ std::set<LeafId> planLeaves(const AnalysisResult& result, const std::vector<bool
 }
 
 /// Every centered leaf's shift must end in absorbers (checked once per leaf, kept in the result).
-void checkShiftSafety(const Graph& g, const std::set<LeafId>& centered, AnalysisResult& result,
-                      LeafProblems& problems) {
+/// A scaled leaf needs scale absorption turned on.
+void checkShiftSafety(const Graph& g, const AnalysisOptions& options, const std::set<LeafId>& centered,
+                      AnalysisResult& result, LeafProblems& problems) {
   for (auto l : centered) {
+    if (const auto& leaf = result.leaves[l]; leaf.scale != kNone && !options.scaleAbsorb) {
+      problems[l] = {VerdictReason::TurnedOff,
+                     "absorbing the scale " + g.parameter(leaf.scale).path + " into " +
+                         g.describeNode(leaf.node) + " is turned off (setting scaleAbsorb)",
+                     leaf.scale};
+      continue;
+    }
     auto it = result.shiftChecks.find(l);
     if (it == result.shiftChecks.end())
       it = result.shiftChecks.emplace(l, checkShift(g, result.leaves[l])).first;
@@ -299,6 +324,12 @@ std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& op
   std::map<ParamId, std::vector<LeafId>> leavesByParam;
   for (auto l : centered)
     for (const auto& a : result.leaves[l].actions) leavesByParam[a.param].push_back(l);
+  // A scaled leaf reads its scale as it is: no leaf may center that scale too.
+  for (auto l : centered)
+    if (auto s = result.leaves[l].scale; s != kNone && leavesByParam.count(s))
+      fail({l}, VerdictReason::ParameterConflict,
+           "the scale " + g.parameter(s).path + " absorbed into " + g.describeNode(result.leaves[l].node) +
+               " is itself centered by another leaf", s);
   std::vector<ParameterPlan> plan;
   for (auto& [param, leafIds] : leavesByParam) {
     std::sort(leafIds.begin(), leafIds.end());
@@ -365,7 +396,7 @@ bool rejectUnsafe(const Graph& g, const LeafProblems& problems, AnalysisResult& 
         v.explanation = "centering " + describeLeaf(g, result.leaves[l]) + " changes what " +
                         g.describeNode(check.consumer) + " sees: " + check.why;
       } else {
-        v.sharedParameter = bad->second.param;
+        if (v.reason != VerdictReason::TurnedOff) v.sharedParameter = bad->second.param;
         v.explanation = bad->second.why;
       }
       break;
@@ -376,17 +407,18 @@ bool rejectUnsafe(const Graph& g, const LeafProblems& problems, AnalysisResult& 
 
 }  // namespace
 
-AnalysisResult analyzeFoldability(const Graph& g, const AnalysisOptions& options) {
+AnalysisResult solveFoldability(const Graph& g, const AnalysisOptions& options,
+                                const std::vector<std::pair<ValueId, AxisSet>>& inserted) {
   auto started = std::chrono::steady_clock::now();
   AnalysisResult result;
-  computeFacts(g, result);
+  computeFacts(g, result, inserted);
   auto candidate = findCandidates(g, options, result);
   // Phase 3 to a fixed point: removing a candidate only removes leaves, so this ends.
   for (bool changed = true; changed;) {
     ++result.iterations;
     auto centered = planLeaves(result, candidate);
     LeafProblems problems;
-    checkShiftSafety(g, centered, result, problems);
+    checkShiftSafety(g, options, centered, result, problems);
     auto plan = resolveTies(g, options, result, centered, problems);
     changed = rejectUnsafe(g, problems, result, candidate);
     if (!changed) {

@@ -68,6 +68,7 @@ class Explainer {
     const Leaf& leaf = a_.leaves.at(id);
     mark(leaf.node, ExplanationRole::Leaf);
     for (NodeId c : leaf.chain) mark(c, ExplanationRole::Leaf);
+    if (leaf.scaleNode != kNone) mark(leaf.scaleNode, ExplanationRole::Leaf);  // its absorbed scale
   }
 
   /// Whether value `v` fed the LN input's fact (the criterion in explain.h).

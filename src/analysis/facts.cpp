@@ -54,6 +54,7 @@ const char* toString(LeafKind kind) {
     case LeafKind::Embedding: return "embedding";
     case LeafKind::Parameter: return "parameter";
     case LeafKind::MeanSubtraction: return "mean-subtraction";
+    case LeafKind::InsertedCentering: return "inserted-centering";
   }
   return "?";
 }

@@ -12,6 +12,7 @@ namespace {
 std::string actionText(const Graph& g, const CenterAction& a) {
   std::string s = g.parameter(a.param).path + " along dim " + std::to_string(a.axis);
   if (a.groups > 1) s += " within " + std::to_string(a.groups) + " groups";
+  if (a.scale != kNone) s += " scaled by " + g.parameter(a.scale).path;
   return s;
 }
 
@@ -29,16 +30,62 @@ nlohmann::json nodeJson(const Graph& g, NodeId id) {
   return j;
 }
 
+nlohmann::json actionJson(const Graph& g, const CenterAction& a) {
+  nlohmann::json j{{"axis", a.axis}, {"groups", a.groups}};
+  if (a.scale != kNone) j["scale"] = g.parameter(a.scale).path;  // scaled centering
+  return j;
+}
+
+const char* kScaledRationale =
+    "gamma * (W' h + b') with W'[c] = W[c] - mean_k(gamma_k W[k]) / gamma_c (b likewise) equals "
+    "y - mean(y): mean-zero, changed by a per-row constant the shift walk follows";
+
 nlohmann::json leafJson(const Graph& g, const Leaf& leaf) {
   nlohmann::json actions = nlohmann::json::array();
-  for (const auto& a : leaf.actions)
-    actions.push_back({{"parameter", g.parameter(a.param).path}, {"axis", a.axis}, {"groups", a.groups}});
-  return {{"id", leaf.id},
-          {"kind", toString(leaf.kind)},
-          {"node", nodeJson(g, leaf.node)},
-          {"axes", leaf.axes.axes()},
-          {"center", actions},
-          {"rule", leaf.rule}};
+  for (const auto& a : leaf.actions) {
+    auto aj = actionJson(g, a);
+    aj["parameter"] = g.parameter(a.param).path;
+    actions.push_back(aj);
+  }
+  nlohmann::json j{{"id", leaf.id},
+                   {"kind", toString(leaf.kind)},
+                   {"node", nodeJson(g, leaf.node)},
+                   {"axes", leaf.axes.axes()},
+                   {"center", actions},
+                   {"rule", leaf.rule}};
+  if (leaf.scale != kNone) {
+    j["scale"] = g.parameter(leaf.scale).path;
+    j["scale_node"] = nodeJson(g, leaf.scaleNode);
+  }
+  return j;
+}
+
+nlohmann::json insertionJson(const Graph& g, const InsertedCentering& ic) {
+  const auto* shape = g.value(ic.value).tensor ? &g.value(ic.value).tensor->shape : nullptr;
+  nlohmann::json j{{"after", nodeJson(g, ic.after)},
+                   {"value", ic.value},
+                   {"axes", ic.axes.axes()},
+                   {"rank", shape ? int64_t(shape->size()) : -1},
+                   {"inserted", ic.inserted},
+                   {"description", describeInsertion(g, ic)}};
+  auto ids = [](const std::vector<NodeId>& nodes) {
+    auto a = nlohmann::json::array();
+    for (auto n : nodes) a.push_back(n);
+    return a;
+  };
+  j["blamed_by"] = ids(ic.blamedBy);
+  if (ic.inserted) {
+    j["leaf"] = ic.leaf;
+    j["frees"] = ids(ic.frees);
+    j["saves_mean_subtractions"] = ic.frees.empty() ? 0 : ic.frees.size() - 1;
+  } else {
+    j["why"] = ic.why;
+    if (ic.consumer != kNone) j["consumer"] = nodeJson(g, ic.consumer);
+    auto path = nlohmann::json::array();
+    for (auto n : ic.path) path.push_back(nodeJson(g, n));
+    j["path"] = path;
+  }
+  return j;
 }
 
 }  // namespace
@@ -48,8 +95,10 @@ std::string describeLeaf(const Graph& g, const Leaf& leaf) {
   std::string s = std::string(toString(leaf.kind));
   if (leaf.kind == LeafKind::Parameter && !leaf.actions.empty())
     return s + " " + g.parameter(leaf.actions[0].param).path;
+  if (leaf.kind == LeafKind::InsertedCentering) s = "inserted centering after " + n.kind;
   if (!n.modulePath.empty()) s += " @ " + n.modulePath;
-  else s += " (" + n.kind + ")";
+  else if (leaf.kind != LeafKind::InsertedCentering) s += " (" + n.kind + ")";
+  if (leaf.scale != kNone) s += " scaled by " + g.parameter(leaf.scale).path;
   return s;
 }
 
@@ -61,6 +110,10 @@ nlohmann::json toJson(const Graph& g, const AnalysisResult& r, const std::string
                   {"foldable", r.foldableCount()},
                   {"not_foldable", r.layerNorms.size() - r.foldableCount()},
                   {"parameters_changed", r.plan.size()},
+                  {"scales_absorbed", std::count_if(r.centeredLeaves.begin(), r.centeredLeaves.end(),
+                                                    [&](LeafId l) { return r.leaves[l].scale != kNone; })},
+                  {"centerings_inserted", std::count_if(r.insertions.begin(), r.insertions.end(),
+                                                        [](const auto& i) { return i.inserted; })},
                   {"untie_bytes", r.untieBytes()},
                   {"iterations", r.iterations},
                   {"milliseconds", r.milliseconds}};
@@ -110,7 +163,7 @@ nlohmann::json toJson(const Graph& g, const AnalysisResult& r, const std::string
                       {"untie", p.untie},
                       {"untie_bytes", p.untieBytes}};
     auto actions = nlohmann::json::array();
-    for (const auto& a : p.actions) actions.push_back({{"axis", a.axis}, {"groups", a.groups}});
+    for (const auto& a : p.actions) actions.push_back(actionJson(g, a));
     pj["center"] = actions;
     pj["leaves"] = p.leaves;
     pj["untie_mode"] = toString(p.untieMode);
@@ -120,6 +173,28 @@ nlohmann::json toJson(const Graph& g, const AnalysisResult& r, const std::string
     plan.push_back(pj);
   }
   j["plan"] = plan;
+  // The plan's two steps beyond the paper (method.md sections 7 and 8), one entry each.
+  auto scales = nlohmann::json::array();
+  for (auto l : r.centeredLeaves) {
+    const auto& leaf = r.leaves[l];
+    if (leaf.scale == kNone) continue;
+    auto params = nlohmann::json::array();
+    for (const auto& a : leaf.actions) params.push_back(g.parameter(a.param).path);
+    const auto& into = g.node(leaf.node);
+    scales.push_back({{"leaf", l},
+                      {"scale", g.parameter(leaf.scale).path},
+                      {"into", into.modulePath.empty() ? into.kind : into.modulePath},
+                      {"parameters", params},
+                      {"action", "scaled centering"},
+                      {"rule", leaf.rule},
+                      {"description", "absorb " + g.parameter(leaf.scale).path + " into " +
+                                          (into.modulePath.empty() ? into.kind : into.modulePath)},
+                      {"rationale", kScaledRationale}});
+  }
+  j["scale_absorptions"] = scales;
+  auto inserted = nlohmann::json::array();
+  for (const auto& ic : r.insertions) inserted.push_back(insertionJson(g, ic));
+  j["insertions"] = inserted;
   return j;
 }
 
@@ -133,6 +208,7 @@ std::string toText(const Graph& g, const AnalysisResult& r, bool verbose) {
       for (auto l : v.leaves) {
         const auto& leaf = r.leaves[l];
         if (leaf.kind == LeafKind::MeanSubtraction) { parts.push_back("(mean subtraction, nothing)"); continue; }
+        if (leaf.kind == LeafKind::InsertedCentering) { parts.push_back("(" + describeLeaf(g, leaf) + ")"); continue; }
         for (const auto& a : leaf.actions) parts.push_back(actionText(g, a));
       }
       std::sort(parts.begin(), parts.end());
@@ -150,6 +226,16 @@ std::string toText(const Graph& g, const AnalysisResult& r, bool verbose) {
         out += fmt::format("      path: {}\n", describePath(g, v.path, arrow));
       }
     }
+  }
+  for (auto l : r.centeredLeaves)
+    if (const auto& leaf = r.leaves[l]; leaf.scale != kNone) {
+      const auto& into = g.node(leaf.node);
+      out += fmt::format("absorb {} into {} (scaled centering, rule {})\n", g.parameter(leaf.scale).path,
+                         into.modulePath.empty() ? into.kind : into.modulePath, leaf.rule);
+    }
+  for (const auto& ic : r.insertions) {
+    out += describeInsertion(g, ic) + "\n";
+    if (!ic.inserted && !ic.path.empty()) out += fmt::format("      path: {}\n", describePath(g, ic.path, "->"));
   }
   int64_t untied = 0;
   for (const auto& p : r.plan)

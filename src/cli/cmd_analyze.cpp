@@ -1,4 +1,5 @@
-// foldnorm analyze MODEL.pt [--input SPEC]... [--json] [--no-untie] [--verbose]
+// foldnorm analyze MODEL.pt [--input SPEC]... [--json] [--no-untie] [--no-scale-absorb]
+//                  [--no-insert-centering] [--verbose]
 // foldnorm rules [--markdown]
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,15 @@ AnalysisResult analyzeWithOnlyOption(const Graph& graph, const AnalysisOptions& 
   }
 }
 
+void addBeyondPaperFlags(CLI::App& cmd, bool& noScaleAbsorb, bool& noInsertCentering) {
+  cmd.add_flag("--no-scale-absorb", noScaleAbsorb,
+               "Do not absorb a per-channel scale after a linear/conv (gamma * (W h + b)) by centering "
+               "the scaled map: LNs needing it stay LayerNorm");
+  cmd.add_flag("--no-insert-centering", noInsertCentering,
+               "Do not insert one x - mean(x) where a stream starts at a non-leaf (an LN output, a "
+               "conv+GELU stem)");
+}
+
 namespace {
 
 struct AnalyzeOptions {
@@ -27,6 +37,8 @@ struct AnalyzeOptions {
   std::vector<std::string> only;
   bool json = false;
   bool noUntie = false;
+  bool noScaleAbsorb = false;
+  bool noInsertCentering = false;
   bool verbose = false;
 };
 
@@ -40,6 +52,7 @@ void setupAnalyze(CLI::App& app, int& exitCode) {
   cmd->add_flag("--no-untie", opts->noUntie,
                 "Never copy a tied/shared parameter: LNs that need one are reported not foldable");
   cmd->add_option("--only", opts->only, "Consider only these LayerNorms (module paths)")->take_all();
+  addBeyondPaperFlags(*cmd, opts->noScaleAbsorb, opts->noInsertCentering);
   cmd->add_flag("--verbose,-v", opts->verbose, "List every parameter to center");
   cmd->callback([opts, &exitCode] {
     ImportOptions io;
@@ -49,6 +62,8 @@ void setupAnalyze(CLI::App& app, int& exitCode) {
     AnalysisOptions ao;
     ao.allowUntie = !opts->noUntie;
     ao.only = opts->only;
+    ao.scaleAbsorb = !opts->noScaleAbsorb;
+    ao.insertCentering = !opts->noInsertCentering;
     auto result = analyzeWithOnlyOption(model.graph, ao);
     if (opts->json) std::cout << toJson(model.graph, result, model.path).dump(2) << "\n";
     else std::cout << toText(model.graph, result, opts->verbose);

@@ -1,4 +1,5 @@
 // foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
+//               [--no-scale-absorb] [--no-insert-centering]
 //               [--device cpu|cuda] [--no-verify] [--random N] [--json]
 #include <torch/cuda.h>
 
@@ -17,7 +18,7 @@ namespace {
 struct FoldCliOptions {
   std::string model, out, device = "cpu";
   std::vector<std::string> inputs, only;
-  bool noUntie = false, noVerify = false, json = false;
+  bool noUntie = false, noVerify = false, json = false, noScaleAbsorb = false, noInsertCentering = false;
   int random = 3;
 };
 
@@ -30,6 +31,7 @@ void setup(CLI::App& app, int& exitCode) {
   addInputOption(*cmd, o->inputs);
   cmd->add_flag("--no-untie", o->noUntie, "Never copy a tied/shared parameter (LNs needing one stay LayerNorm)");
   cmd->add_option("--only", o->only, "Fold only these LayerNorms (module paths)")->take_all();
+  addBeyondPaperFlags(*cmd, o->noScaleAbsorb, o->noInsertCentering);
   cmd->add_option("--device", o->device, "Where verification runs")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--no-verify", o->noVerify, "Skip verification (for huge models only)");
   cmd->add_option("--random", o->random, "Random input sets drawn from the spec, besides the example")
@@ -51,6 +53,8 @@ void setup(CLI::App& app, int& exitCode) {
     AnalysisOptions ao;
     ao.allowUntie = !o->noUntie;
     ao.only = o->only;
+    ao.scaleAbsorb = !o->noScaleAbsorb;
+    ao.insertCentering = !o->noInsertCentering;
     auto analysis = analyzeWithOnlyOption(model.graph, ao);
     FoldOptions fo;
     fo.verify = !o->noVerify;

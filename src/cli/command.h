@@ -33,6 +33,8 @@ void addInputOption(CLI::App& cmd, std::vector<std::string>& specs);
 /// analyzeFoldability, with the core's "no LayerNorm has module path X" spelled as the
 /// `--only X` option that caused it (cmd_analyze.cpp; analyze and fold share it).
 AnalysisResult analyzeWithOnlyOption(const Graph& graph, const AnalysisOptions& options);
+/// --no-scale-absorb and --no-insert-centering (analyze and fold share them).
+void addBeyondPaperFlags(CLI::App& cmd, bool& noScaleAbsorb, bool& noInsertCentering);
 
 }  // namespace foldnorm::cli
 

@@ -1,8 +1,10 @@
-// Executing the plan's parameter part: centering (float64, cast back) and untie as planned.
+// Executing the plan: centering (float64, cast back; a scaled centering reads its scale),
+// untie as planned, and the inserted centerings (aten mean + sub at the planned values).
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
 
 #include "fold_internal.h"
 
@@ -48,11 +50,24 @@ std::pair<jit::Module, std::string> ownerOf(jit::Module root, const std::string&
   }
 }
 
-at::Tensor centered(const at::Tensor& t, const std::vector<CenterAction>& actions) {
+/// The scale of a scaled centering as a float64 vector of the axis' length. Scales are never
+/// centered themselves (the analysis refuses that), so this is the model's own value.
+using ScaleLookup = std::function<at::Tensor(ParamId)>;
+
+at::Tensor centered(const at::Tensor& t, const std::vector<CenterAction>& actions, const ScaleLookup& scaleOf) {
   at::NoGradGuard noGrad;
   auto x = t.detach().to(at::kDouble);
   for (const auto& a : actions) {
     auto n = x.size(a.axis);
+    if (a.scale != kNone) {
+      // x[c] -= mean_k(s_k x[k]) / s_c along the axis: s * x becomes mean-zero (method.md §7).
+      auto s = scaleOf(a.scale).to(at::kDouble).reshape({-1});
+      if (s.numel() != n) throw std::logic_error("fold: the scale does not match the centered axis");
+      auto moved = x.movedim(a.axis, -1);
+      moved = moved - (moved * s).mean(-1, /*keepdim=*/true) / s;
+      x = moved.movedim(-1, a.axis);
+      continue;
+    }
     if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
     auto moved = x.movedim(a.axis, -1).contiguous();
     auto grouped = moved.reshape({-1, a.groups, n / a.groups});
@@ -77,6 +92,10 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
                       const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report) {
   const Graph& g = model.graph;
   at::NoGradGuard noGrad;
+  ScaleLookup scaleOf = [&](ParamId p) {
+    auto [owner, name] = ownerOf(m, g.parameter(p).path);
+    return owner.attr(name).toTensor().detach();
+  };
   auto redirectCoveredReads = [&](const ParameterPlan& plan, jit::Value* centeredValue) {
     for (const auto& [read, node] : plan.coveredReads)
       tables.nodes.at(g.node(node).origin)->replaceInputWith(tables.values.at(read), centeredValue);
@@ -86,7 +105,7 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
     const auto& param = g.parameter(plan.param);
     if (param.isConstant) {
       auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
-      auto value = centered(constant->t(c10::attr::value), plan.actions);
+      auto value = centered(constant->t(c10::attr::value), plan.actions, scaleOf);
       if (plan.untieMode != UntieMode::RedirectReads) {
         constant->t_(c10::attr::value, value);
       } else {
@@ -99,7 +118,7 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
     } else {
       auto [owner, name] = ownerOf(m, param.path);
       auto original = owner.attr(name).toTensor();
-      auto value = centered(original, plan.actions);
+      auto value = centered(original, plan.actions, scaleOf);
       value.set_requires_grad(original.requires_grad());
       switch (plan.untieMode) {
         case UntieMode::InPlace:
@@ -133,11 +152,34 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
   }
 }
 
+/// x - x.mean(axes, keepdim=True) at each inserted centering's value, read by all its readers.
+/// aten mean + sub rather than an op of ours: the saved file needs nothing new to run it, and on
+/// this project's loaded CPU (fp32 [2048, 768], one thread, best of 200 interleaved) it took
+/// 1.19x a plain copy of the tensor, the least any op of ours could cost, and 0.25x one
+/// aten::layer_norm (docs/design.md, "Beyond the paper"; an indication, not a benchmark).
+void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables, const ImportedModel& model,
+                      const AnalysisResult& analysis, FoldReport* report) {
+  for (const auto& ic : analysis.insertions) {
+    if (!ic.inserted) continue;
+    auto* v = tables.values.at(ic.value);
+    auto* producer = v->node();
+    jit::WithInsertPoint guard(producer->kind() == c10::prim::Param ? graph->block()->nodes().front()
+                                                                    : producer->next());
+    std::vector<int64_t> dims = ic.axes.axes();
+    auto* mean = graph->insert(c10::aten::mean, {v, dims, true});
+    auto* sub = graph->insert(c10::aten::sub, {v, mean});
+    v->replaceAllUsesAfterNodeWith(sub->node(), sub);
+    if (report) report->inserted.push_back(describeInsertion(model.graph, ic));
+  }
+}
+
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
                const AnalysisResult& analysis, FoldReport* report) {
   auto tables = tablesFor(graph, *model.torch);
   at::NoGradGuard noGrad;
   centerParameters(m, graph, tables, model, analysis, report);
+  // Before the LN rewrite: an insertion may follow an LN node, which the rewrite destroys.
+  insertCenterings(graph, tables, model, analysis, report);
   replaceLayerNorms(graph, tables, model, analysis, report);
   jit::EliminateDeadCode(graph);
 }

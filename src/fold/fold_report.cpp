@@ -18,6 +18,7 @@ nlohmann::json toJson(const FoldReport& r) {
   j["centered"] = r.centered;
   j["untied"] = r.untied;
   j["untie_bytes"] = r.untieBytes;
+  j["inserted_centerings"] = r.inserted;
   const auto& v = r.verification;
   nlohmann::json vj{{"ran", v.ran}};
   if (v.ran) {
@@ -67,6 +68,7 @@ std::string toText(const FoldReport& r) {
       out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
     out += "\n";
   }
+  for (const auto& ins : r.inserted) out += "  " + ins + "\n";
   for (std::size_t i = 0; i < r.kept.size(); ++i)
     out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
   const auto& v = r.verification;

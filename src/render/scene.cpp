@@ -57,6 +57,7 @@ struct Marks {
   bool breaker = false;
   bool unsafeConsumer = false;
   bool leaf = false;
+  bool insertedAfter = false;      // the fold inserts x - mean(x) after this node
   std::vector<std::string> notes;  // verdict text for the tooltip
 };
 
@@ -66,7 +67,9 @@ int rank(NodeRole r) {
     case NodeRole::BlockedLayerNorm: return 5;
     case NodeRole::Breaker: return 4;
     case NodeRole::UnsafeConsumer: return 3;
-    case NodeRole::Leaf: return 2;
+    case NodeRole::Leaf:
+    case NodeRole::AbsorbedScale:
+    case NodeRole::InsertedCentering: return 2;
     default: return 0;
   }
 }
@@ -171,6 +174,16 @@ class SceneBuilder {
   void markLeaf(const Leaf& leaf, const std::string& why) {
     ViewIndex v = view_.indexOf(leaf.node);
     if (v == kNone) return;
+    if (leaf.kind == LeafKind::InsertedCentering) {
+      raise(marks_[v], NodeRole::InsertedCentering);
+      marks_[v].insertedAfter = true;
+      marks_[v].notes.push_back("x - mean(x) along " + toString(leaf.axes) + " inserted after it, " + why);
+      return;
+    }
+    if (ViewIndex s = leaf.scaleNode == kNone ? kNone : view_.indexOf(leaf.scaleNode); s != kNone) {
+      raise(marks_[s], NodeRole::AbsorbedScale);
+      marks_[s].notes.push_back("scale " + g_.parameter(leaf.scale).path + " absorbed by centering the scaled map, " + why);
+    }
     raise(marks_[v], NodeRole::Leaf);
     marks_[v].leaf = true;
     marks_[v].notes.push_back("leaf (" + std::string(toString(leaf.kind)) + "), " + why);
@@ -305,6 +318,8 @@ class SceneBuilder {
       else if (n.role == NodeRole::Breaker) n.lines.push_back("breaks mean-zero");
       if (n.role == NodeRole::UnsafeConsumer) n.lines.push_back("sees a centering shift");
       if (n.role == NodeRole::Leaf) n.lines.push_back(o_.view == ViewKind::LayerNorm ? "leaf" : "leaf: center");
+      if (n.role == NodeRole::AbsorbedScale) n.lines.push_back("scale absorbed");
+      if (m.insertedAfter) n.lines.push_back("then x - mean(x) (inserted)");
       // Module path (shortened to the cluster later), shape, parameters.
       if (vn.kind == ViewNode::Kind::Op && !vn.shape.empty()) lines_.shape[s.nodes.size()] = vn.shape;
       for (const auto& p : vn.parameters) {

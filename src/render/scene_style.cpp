@@ -17,6 +17,8 @@ const char* toString(NodeRole role) {
     case NodeRole::Leaf: return "leaf";
     case NodeRole::Breaker: return "breaker";
     case NodeRole::UnsafeConsumer: return "unsafe-consumer";
+    case NodeRole::AbsorbedScale: return "absorbed-scale";
+    case NodeRole::InsertedCentering: return "inserted-centering";
     case NodeRole::ModuleAllFoldable: return "module-all-foldable";
     case NodeRole::ModuleSomeFoldable: return "module-some-foldable";
     case NodeRole::ModuleNoneFoldable: return "module-none-foldable";
@@ -36,6 +38,8 @@ const RoleStyle& roleStyle(NodeRole role) {
   static const RoleStyle kLeaf{"#92c5de", "#2166ac", "box", "leaf to center"};
   static const RoleStyle kBreaker{"#fdb863", "#b35806", "octagon", "breaks mean-zero"};
   static const RoleStyle kUnsafe{"#d8b4e2", "#762a83", "doubleoctagon", "sees a centering shift"};
+  static const RoleStyle kScale{"#c6dbef", "#2166ac", "invtrapezium", "per-channel scale absorbed (scaled centering)"};
+  static const RoleStyle kInserted{"#c7eae5", "#01665e", "cds", "centering inserted after it"};
   static const RoleStyle kModAll{"#d9f0d3", "#1b7837", "box3d", "module, all LNs foldable"};
   static const RoleStyle kModSome{"#fee090", "#8c6d1f", "box3d", "module, some LNs foldable"};
   static const RoleStyle kModNone{"#fddbc7", "#b2182b", "box3d", "module, no LN foldable"};
@@ -49,6 +53,8 @@ const RoleStyle& roleStyle(NodeRole role) {
     case NodeRole::Leaf: return kLeaf;
     case NodeRole::Breaker: return kBreaker;
     case NodeRole::UnsafeConsumer: return kUnsafe;
+    case NodeRole::AbsorbedScale: return kScale;
+    case NodeRole::InsertedCentering: return kInserted;
     case NodeRole::ModuleAllFoldable: return kModAll;
     case NodeRole::ModuleSomeFoldable: return kModSome;
     case NodeRole::ModuleNoneFoldable: return kModNone;
@@ -59,7 +65,7 @@ const RoleStyle& roleStyle(NodeRole role) {
 
 std::vector<NodeRole> legendEntries(const Scene& scene) {
   static const NodeRole kOrder[] = {NodeRole::FoldableLayerNorm, NodeRole::BlockedLayerNorm, NodeRole::Leaf,
-                                    NodeRole::Breaker, NodeRole::UnsafeConsumer, NodeRole::ModuleAllFoldable,
+                                    NodeRole::AbsorbedScale, NodeRole::InsertedCentering, NodeRole::Breaker, NodeRole::UnsafeConsumer, NodeRole::ModuleAllFoldable,
                                     NodeRole::ModuleSomeFoldable, NodeRole::ModuleNoneFoldable, NodeRole::Module};
   std::set<NodeRole> present;
   for (const auto& n : scene.nodes) present.insert(n.role);

@@ -1,9 +1,11 @@
 """The corpus's float64 eager oracle: every verdict of `foldnorm analyze --json` checked on the eager model.
 
 - FOLD: the JSON plan is applied by parameter name to a float64 copy of the eager model (centering
-  along the plan's axis and groups, exactly as src/fold/fold.cpp does; untie gives the other names of
-  that storage their own copy first), the foldable LNs compute RMSNorm, and every output must agree
-  with the unchanged float64 model within EXACT_REL (max|diff| / max|orig|), on every input set.
+  along the plan's axis and groups, exactly as src/fold/fold.cpp does; a scaled centering reads its
+  scale parameter, method.md section 7; untie gives the other names of that storage their own copy
+  first), every inserted centering of the JSON becomes a forward hook on the module whose output it
+  centers (section 8), the foldable LNs compute RMSNorm, and every output must agree with the
+  unchanged float64 model within EXACT_REL (max|diff| / max|orig|), on every input set.
 - KEEP, confirmed one of two ways:
   (a) "not mean-zero": under the maximal plan (every centerable leaf of the model centered, plus the
       tool's own actions) the LN's input still has row means over its normalized axes larger than
@@ -16,7 +18,9 @@ a bug with the trace or the tool.
 """
 import copy
 import math
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -66,13 +70,23 @@ def _owner(model: nn.Module, dotted: str) -> Tuple[nn.Module, str]:
     return (model.get_submodule(parent) if parent else model), last
 
 
-def center_actions(t: torch.Tensor, actions: Sequence[dict]) -> torch.Tensor:
-    """src/fold/fold.cpp's centered(): per action, the axis split into `groups` contiguous chunks,
-    each chunk's mean subtracted."""
+def center_actions(t: torch.Tensor, actions: Sequence[dict], scale_of=None) -> torch.Tensor:
+    """src/fold/apply_plan.cpp's centered(): per action, the axis split into `groups` contiguous
+    chunks, each chunk's mean subtracted; an action with a "scale" s (a parameter name) subtracts
+    mean_k(s_k x[k]) / s_c along the axis instead, so that s * x is mean-zero."""
     x = t.detach().double()
     for a in actions:
         axis, groups = int(a["axis"]), int(a.get("groups", 1))
         n = x.shape[axis]
+        if a.get("scale"):
+            if scale_of is None:
+                raise OracleError(f"a scaled centering by {a['scale']} without the model to read it from")
+            s = scale_of(a["scale"]).detach().double().reshape(-1)
+            if s.numel() != n:
+                raise OracleError(f"scale {a['scale']} has {s.numel()} entries, axis {axis} has {n}")
+            moved = x.movedim(axis, -1)
+            x = (moved - (moved * s).mean(-1, keepdim=True) / s).movedim(-1, axis)
+            continue
         if n % groups:
             raise OracleError(f"groups {groups} do not divide axis {axis} of size {n}")
         moved = x.movedim(axis, -1).contiguous()
@@ -95,7 +109,14 @@ def _assign(model: nn.Module, name: str, value: torch.Tensor) -> None:
 def apply_actions(model: nn.Module, entries: Sequence[Tuple[str, List[dict], bool]]) -> None:
     """entries: (parameter name, center actions, untie). Centering is in place, as fold.cpp does
     it, so every name of a shared storage sees it; untie first gives every other name of that
-    storage its own copy of the original, so only `name` is centered."""
+    storage its own copy of the original, so only `name` is centered. Scales are read from the
+    model as it is (the tool never centers a scale it absorbs)."""
+    def scale_of(scale_name: str) -> torch.Tensor:
+        named = _tensors(model)
+        if scale_name not in named:
+            raise OracleError(f"the plan scales by '{scale_name}', which the eager model does not have")
+        return named[scale_name]
+
     for name, actions, untie in entries:
         named = _tensors(model)
         if name not in named:
@@ -108,7 +129,7 @@ def apply_actions(model: nn.Module, entries: Sequence[Tuple[str, List[dict], boo
                     _assign(model, other, t.detach().clone())
             original = _tensors(model)[name]
         with torch.no_grad():
-            original.copy_(center_actions(original, actions))
+            original.copy_(center_actions(original, actions, scale_of))
 
 
 def plan_entries(analysis: dict) -> List[Tuple[str, List[dict], bool]]:
@@ -122,9 +143,73 @@ def leaf_entries(analysis: dict, leaf_ids: Sequence[int]) -> List[Tuple[str, Lis
         for c in by_id[i]["center"]:
             acts = merged.setdefault(c["parameter"], [])
             act = {"axis": c["axis"], "groups": c.get("groups", 1)}
+            if c.get("scale"):
+                act["scale"] = c["scale"]
             if act not in acts:
                 acts.append(act)
     return [(n, a, False) for n, a in merged.items()]
+
+
+class InsertedCenterings:
+    """Within the context, each inserted centering of the analysis centers the eager value it names:
+    x - x.mean(axes, keepdim=True). Where the node is a module's whole computation (an LN or GELU
+    module) by a forward hook on that module; where it is a functional call (Whisper's
+    nn.functional.gelu after its conv stem) by wrapping that function for calls from the node's
+    source line (file:line, which the trace kept). Anything else: the oracle refuses, not guesses."""
+
+    _FUNCTIONAL = {"aten::gelu": "gelu"}
+
+    def __init__(self, model: nn.Module, analysis: dict):
+        self.model = model
+        self.points = [i for i in analysis.get("insertions", []) if i.get("inserted")]
+        self._handles = []
+        self._wrapped: Dict[str, object] = {}
+
+    def _hook_module(self, node: dict, dims) -> bool:
+        name = node.get("module", "")
+        try:
+            module = self.model.get_submodule(name)
+        except AttributeError:
+            return False
+        kind = type(module).__name__
+        if not (("Norm" in kind and node["op"] == "aten::layer_norm") or (kind == "GELU" and node["op"] == "aten::gelu")):
+            return False
+        self._handles.append(module.register_forward_hook(
+            lambda mod, args, out, dims=dims: out - out.mean(dim=dims, keepdim=True)))
+        return True
+
+    def _wrap_functional(self, node: dict, dims) -> bool:
+        fname, source = self._FUNCTIONAL.get(node["op"]), node.get("source", "")
+        if not fname or ":" not in source:
+            return False
+        original = self._wrapped.get(fname, getattr(F, fname))
+        self._wrapped.setdefault(fname, original)
+
+        def wrapper(*args, _inner=getattr(F, fname), _source=source, _dims=dims, **kwargs):
+            out = _inner(*args, **kwargs)
+            caller = sys._getframe(1)
+            if f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}" == _source:
+                return out - out.mean(dim=_dims, keepdim=True)
+            return out
+
+        setattr(F, fname, wrapper)
+        return True
+
+    def __enter__(self):
+        for point in self.points:
+            node, rank = point["after"], int(point["rank"])
+            dims = tuple(int(a) - rank for a in point["axes"])
+            if not (self._hook_module(node, dims) or self._wrap_functional(node, dims)):
+                raise OracleError(f"an inserted centering follows {node['op']} @ {node.get('module', '')}: "
+                                  f"the eager model has no module output or functional call that is that value")
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        for fname, original in self._wrapped.items():
+            setattr(F, fname, original)
+        return False
 
 
 # ---------------------------------------------------------------- the maximal plan
@@ -177,6 +262,8 @@ def maximal_entries(model: nn.Module, analysis: dict) -> List[Tuple[str, List[di
     for name, actions, _ in plan_entries(analysis):
         for a in actions:
             act = {"axis": a["axis"], "groups": a.get("groups", 1)}
+            if a.get("scale"):  # after the plain centering of that tensor: it makes s * x mean-zero
+                act["scale"] = a["scale"]
             if act not in entries.setdefault(name, []):
                 entries[name].append(act)
     # One action per tensor: two axes of one table (a row and a column centering) compose.
@@ -353,7 +440,8 @@ def check(eager: nn.Module, input_sets: Sequence[Sequence[torch.Tensor]], analys
     if fold:
         folded = copy.deepcopy(eager)
         apply_actions(folded, plan_entries(analysis))
-        got, patch = _run(folded, sets64, rms=fold, watch=fold, has_weight=has_weight)
+        with InsertedCenterings(folded, analysis):
+            got, patch = _run(folded, sets64, rms=fold, watch=fold, has_weight=has_weight)
         missing = [m for m in fold if not patch.calls.get(m)]
         if missing:
             raise OracleError(f"the RMSNorm patch never reached {missing}")
@@ -363,7 +451,8 @@ def check(eager: nn.Module, input_sets: Sequence[Sequence[torch.Tensor]], analys
     if keep:
         maximal = copy.deepcopy(eager)
         apply_actions(maximal, maximal_entries(eager, analysis))
-        _, patch = _run(maximal, sets64[:1], watch=[l["module"] for l in keep], has_weight=has_weight)
+        with InsertedCenterings(maximal, analysis):
+            _, patch = _run(maximal, sets64[:1], watch=[l["module"] for l in keep], has_weight=has_weight)
         for l in keep:
             mean = patch.stats.get(l["module"])
             entry = {"reason": l["reason"], "maximal_plan_input_mean": mean}

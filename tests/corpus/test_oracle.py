@@ -61,6 +61,34 @@ class Unsafe(PreLN):
         return (out, y) if self.return_fc else (out,)
 
 
+class Scaled(PreLN):
+    """emb -> x + gamma * fc(ln1(x)) -> ln2 -> head: LayerScale after fc (method.md section 7)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gamma = nn.Parameter(0.2 + torch.rand(D))
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        x = x + self.gamma * self.fc(self.ln1(x))
+        return (self.head(self.ln2(x)),)
+
+
+class EmbLN(PreLN):
+    """emb -> ln0 -> x + fc(ln1(x)) -> ln2 -> head: the stream starts at ln0's output (section 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln0 = nn.LayerNorm(D)
+        with torch.no_grad():
+            self.ln0.bias.add_(0.3 * torch.randn(D))
+
+    def forward(self, ids):
+        x = self.ln0(self.emb(ids))
+        x = x + self.fc(self.ln1(x))
+        return (self.head(self.ln2(x)),)
+
+
 def ln(module, foldable, reason="none", leaves=()):
     return {"module": module, "foldable": foldable, "reason": reason, "explanation": reason,
             "leaves": list(leaves)}
@@ -128,6 +156,33 @@ def main():
         expect("an LN missing from the analysis is caught", False)
     except oracle.OracleError as e:
         expect(f"an LN missing from the analysis is caught ({e})", "calls F.layer_norm 2 times" in str(e))
+    # Scaled centering (method.md section 7): the plan's actions name the scale they center under.
+    scaled = [dict(p, center=[dict(a, scale="gamma") for a in p["center"]]) if p["parameter"].startswith("fc.")
+              else p for p in PLAN]
+    scaled_analysis = dict(both, plan=scaled)
+    rep = oracle.check(Scaled(), IDS, scaled_analysis)
+    expect(f"a scaled centering folds exactly ({max(rep.fold_rel):.2g})", max(rep.fold_rel) <= oracle.EXACT_REL)
+    rep = oracle.check(Scaled(), IDS, both)
+    expect(f"plain centering under a per-channel scale is caught ({max(rep.fold_rel):.2g})",
+           max(rep.fold_rel) > oracle.CHANGED_REL)
+
+    # Inserted centering (section 8): x - mean(x) after ln0, then ln1 and ln2 fold.
+    inserted = {"layer_norms": [ln("ln0", True, leaves=[0]), ln("ln1", True, leaves=[2]),
+                                ln("ln2", True, leaves=[1, 2])],
+                "leaves": LEAVES, "plan": PLAN,
+                "insertions": [{"after": {"op": "aten::layer_norm", "module": "ln0"}, "axes": [2], "rank": 3,
+                                "inserted": True}]}
+    rep = oracle.check(EmbLN(), IDS, inserted)
+    expect(f"an inserted centering folds exactly ({max(rep.fold_rel):.2g})", max(rep.fold_rel) <= oracle.EXACT_REL)
+    rep = oracle.check(EmbLN(), IDS, dict(inserted, insertions=[]))
+    expect(f"the same verdicts without the insertion are caught ({max(rep.fold_rel):.2g})",
+           max(rep.fold_rel) > oracle.CHANGED_REL)
+    try:
+        bad = dict(inserted, insertions=[dict(inserted["insertions"][0], after={"op": "aten::add", "module": ""})])
+        oracle.check(EmbLN(), IDS, bad)
+        expect("an insertion at a value with no module output is refused", False)
+    except oracle.OracleError as e:
+        expect(f"an insertion at a value with no module output is refused ({e})", "aten::add" in str(e))
     print("all cases: the oracle confirms right answers and rejects wrong ones")
     return 0
 

@@ -36,6 +36,12 @@ namespace foldnorm {
 struct AnalysisOptions {
   bool allowUntie = true;           // false: a tied/shared parameter is never copied
   std::vector<std::string> only;    // if non-empty: fold only LNs whose module path is listed
+  /// Absorb a per-channel scale after a weight leaf (gamma * (W h + b)) by centering the scaled
+  /// map (method.md section 7); false: such LNs keep with reason turned-off.
+  bool scaleAbsorb = true;
+  /// Insert one x - x.mean(axis) where a stream starts at a value no parameter centering makes
+  /// mean-zero, when that frees at least two LNs (method.md section 8).
+  bool insertCentering = true;
 };
 
 /// AnalysisOptions::only names a module path no LayerNorm has. A user error: front ends add
@@ -61,7 +67,7 @@ struct ShiftCheck {
 };
 
 enum class VerdictReason { None, Breaker, Axes, UnsafeShift, SharedParameter, ParameterConflict,
-                           NotSelected, NoAxes };
+                           NotSelected, NoAxes, TurnedOff };
 const char* toString(VerdictReason reason);
 
 struct LayerNormVerdict {
@@ -107,6 +113,22 @@ struct ParameterPlan {
   int64_t untieBytes = 0;
 };
 
+/// One inserted centering the analysis considered (method.md section 8): x - x.mean(axes,
+/// keepdim) at `value`, the output of node `after`. Inserted when the shift walk from there ends
+/// in absorbers and it frees at least two LNs; otherwise refused, with why.
+struct InsertedCentering {
+  ValueId value = kNone;
+  NodeId after = kNone;
+  AxisSet axes;
+  bool inserted = false;
+  LeafId leaf = kNone;               // inserted: the InsertedCentering leaf the LNs depend on
+  std::vector<NodeId> frees;         // inserted: the LNs that fold because of it
+  std::vector<NodeId> blamedBy;      // the LNs whose input breaks at this value (without it)
+  std::string why;                   // refused: in words
+  NodeId consumer = kNone;           // refused by the walk: the reader that sees the change
+  std::vector<NodeId> path;          // refused by the walk: after ... consumer
+};
+
 struct AnalysisResult {
   std::vector<MeanZeroFact> facts;   // per value
   std::vector<Leaf> leaves;
@@ -114,6 +136,7 @@ struct AnalysisResult {
   std::vector<ParameterPlan> plan;           // parameters to change
   std::map<LeafId, ShiftCheck> shiftChecks;  // for every leaf that was a candidate's
   std::set<LeafId> centeredLeaves;
+  std::vector<InsertedCentering> insertions;  // considered, inserted or refused (graph order)
   int iterations = 0;
   double milliseconds = 0;
 
@@ -123,6 +146,12 @@ struct AnalysisResult {
 };
 
 AnalysisResult analyzeFoldability(const Graph& graph, const AnalysisOptions& options = {});
+
+/// The solver for a given set of inserted centerings (value, axes): the facts of those values
+/// are replaced by an InsertedCentering leaf. analyzeFoldability searches the set
+/// (insert_centering.cpp) and calls this; `insertions` of the result are left empty.
+AnalysisResult solveFoldability(const Graph& graph, const AnalysisOptions& options,
+                                const std::vector<std::pair<ValueId, AxisSet>>& inserted);
 
 /// The (parameter read, consuming node) pairs that belong to a leaf: a parameter leaf's read
 /// and all its uses; a weight leaf's weight/bias reads entering its chain or node. Every other
@@ -136,5 +165,8 @@ std::string describePath(const Graph& graph, const std::vector<NodeId>& path, co
 nlohmann::json toJson(const Graph& graph, const AnalysisResult& result, const std::string& modelPath);
 std::string toText(const Graph& graph, const AnalysisResult& result, bool verbose = false);
 std::string describeLeaf(const Graph& graph, const Leaf& leaf);
+/// "insert centering after aten::layer_norm @ embeddings.norm along {2}: frees 5 LNs, saves 4
+/// mean subtractions", or why none was inserted there.
+std::string describeInsertion(const Graph& graph, const InsertedCentering& insertion);
 
 }  // namespace foldnorm

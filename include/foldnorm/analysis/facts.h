@@ -78,16 +78,22 @@ std::ostream& operator<<(std::ostream& os, const AxisFactor& f);
 
 /// How a parameter is centered: subtract its mean along `axis`, separately within each of
 /// `groups` equal blocks of that axis (grouped convolutions), in float64, cast back.
+/// With a `scale` (a per-channel vector s of that axis' length, read unchanged) the scaled map
+/// is centered instead (method.md section 7): x[c] -= mean_k(s_k x[k]) / s_c, so that s * x is
+/// mean-zero along the axis (groups is then 1).
 struct CenterAction {
   ParamId param = kNone;
   int64_t axis = 0;
   int64_t groups = 1;
+  ParamId scale = kNone;
   bool operator==(const CenterAction& o) const {
-    return param == o.param && axis == o.axis && groups == o.groups;
+    return param == o.param && axis == o.axis && groups == o.groups && scale == o.scale;
   }
 };
 
-enum class LeafKind { Linear, Addmm, Matmul, Convolution, Embedding, Parameter, MeanSubtraction };
+/// InsertedCentering is not a node of the model: the fold inserts x - x.mean(axes) at `output`.
+enum class LeafKind { Linear, Addmm, Matmul, Convolution, Embedding, Parameter, MeanSubtraction,
+                      InsertedCentering };
 const char* toString(LeafKind kind);
 
 /// A node whose output can be made mean-zero along `axes` by centering parameters.
@@ -100,6 +106,12 @@ struct Leaf {
   std::vector<CenterAction> actions;  // empty for MeanSubtraction
   std::vector<NodeId> chain;    // transposes etc. between a weight parameter and the op
   std::string rule;             // the rule that made it a leaf
+  // A scaled leaf (rule scaled-leaf): the weight leaf `scaledFrom` followed by the product with
+  // the per-channel parameter `scale` at `scaleNode`; `output` is the product's, and every
+  // action carries the scale (the scaled map is centered).
+  ParamId scale = kNone;
+  NodeId scaleNode = kNone;
+  LeafId scaledFrom = kNone;
 };
 
 /// The mean-zero fact of one value, an element of a lattice ordered by what it costs to claim:

@@ -32,6 +32,8 @@ namespace foldnorm {
 enum class RuleFamily { Leaf, Preserving, Axis, Absorber, ShapeOnly, Breaker };
 const char* toString(RuleFamily family);
 
+struct Rule;
+
 /// What a rule sees when it computes the mean-zero facts of a node's outputs.
 class MeanZeroContext {
  public:
@@ -52,6 +54,10 @@ class MeanZeroContext {
   /// The output is broken because input `slot` is (carries the original breaker along).
   void propagateBroken(std::size_t slot);
   LeafId addLeaf(Leaf leaf);
+  const Leaf& leaf(LeafId id) const { return leaves_.at(id); }
+  /// Computes this node's facts by another rule (under that rule's name): a rule whose
+  /// predicate is structural hands the nodes whose facts do not fit it to the next rule.
+  void delegateTo(const Rule& rule);
 
  private:
   const Graph& graph_;

@@ -98,6 +98,7 @@ struct FoldReport {
   std::vector<std::string> keptReasons;
   std::vector<std::string> centered;   // parameter paths changed
   std::vector<std::string> untied;     // parameter paths copied for the centered side
+  std::vector<std::string> inserted;   // inserted centerings, described (method.md section 8)
   int64_t untieBytes = 0;
   Verification verification;
 };

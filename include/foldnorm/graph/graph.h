@@ -69,6 +69,12 @@ struct Parameter {
   int64_t bytes = 0;
   int tiedGroup = -1;      // index into Graph::tiedGroups(), -1 if not tied
   std::vector<ValueId> reads;  // the values that read it (one per GetAttr or constant node)
+  // The smallest and largest |value|, recorded at import for floating tensors of at most
+  // kValueRangeElements elements (the analysis needs them for per-channel scales it absorbs:
+  // a zero or a wide range refuses); -1 when not recorded.
+  double absMin = -1;
+  double absMax = -1;
+  static constexpr int64_t kValueRangeElements = 1 << 16;
 };
 
 struct Node {

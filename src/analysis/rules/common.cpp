@@ -36,6 +36,11 @@ void MeanZeroContext::propagateBroken(std::size_t slot) {
   setAll(MeanZeroFact::propagated(from, node().inputs.at(slot), rule_));
 }
 
+void MeanZeroContext::delegateTo(const Rule& rule) {
+  MeanZeroContext other(graph_, node_, facts_, leaves_, rule.name);
+  rule.meanZero(other);
+}
+
 LeafId MeanZeroContext::addLeaf(Leaf leaf) {
   leaf.id = leaves_.size();
   leaf.node = leaf.node == kNone ? node_ : leaf.node;

@@ -13,6 +13,7 @@ std::vector<Rule> makeRegistry() {
   // Order matters twice: docs/rules.md lists rules in it, and rules sharing an op are tried in
   // it (a leaf's narrower pattern before the general rule of the same op).
   rules::addLeafRules(r);
+  rules::addScaledLeafRules(r);  // before preserving's scale: the same ops
   rules::addPreservingRules(r);
   rules::addAxisRules(r);
   rules::addAxisSumRules(r);

@@ -43,6 +43,7 @@ class FamilyTable {
 
 // One per family file, called by registry.cpp in this order.
 void addLeafRules(std::vector<Rule>& rules);
+void addScaledLeafRules(std::vector<Rule>& rules);  // scaled_leaf.cpp (leaf family)
 void addPreservingRules(std::vector<Rule>& rules);
 void addAxisRules(std::vector<Rule>& rules);     // layout (axis.cpp)
 void addAxisSumRules(std::vector<Rule>& rules);  // sums over other axes (axis_sums.cpp)

@@ -1,0 +1,177 @@
+// The scaled leaf (method.md section 7, issue 14): a weight leaf followed by a per-channel scale,
+// y = gamma * (W h + b) (LayerScale in BEiT, DINOv2, DeiT-III, CaiT, ConvNeXt). Centering W and b
+// alone leaves gamma * (W h + b) with a non-zero mean; centering the scaled map instead,
+//   W'[c,:] = W[c,:] - mean_k(gamma_k W[k,:]) / gamma_c,   b'_c = b_c - mean_k(gamma_k b_k) / gamma_c,
+// gives gamma * (W' h + b') = y - mean_c(y): mean-zero along the channel axis, and changed by a
+// per-row constant, which the shift walk follows exactly as for a plain leaf.
+//
+// It belongs to the leaf family (it is a leaf: its output is made mean-zero by centering
+// parameters) and lives in its own file so the plain leaves and this pattern change apart.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "rule_helpers.h"
+
+namespace foldnorm::rules {
+namespace {
+
+const char* kScaledLeaf = "scaled-leaf";
+
+/// The rule the node would get without this one (the next applicable rule of its op).
+const Rule& nextRule(const Graph& g, NodeId node) {
+  bool after = false;
+  for (const auto& r : ruleRegistry()) {
+    if (r.name == kScaledLeaf) { after = true; continue; }
+    if (!after) continue;
+    const auto& kind = g.node(node).kind;
+    if (std::find(r.ops.begin(), r.ops.end(), kind) != r.ops.end() && r.appliesTo(g, node)) return r;
+  }
+  return fallbackRule();
+}
+
+/// The parameter a scale operand reads, through reshapes and casts (gamma.reshape(1, -1, 1, 1)).
+std::optional<ParamId> scaleParameter(const Graph& g, ValueId v) {
+  static const std::set<std::string> pass{"aten::view", "aten::reshape", "aten::unsqueeze", "aten::to",
+                                          "aten::contiguous", "aten::detach", "aten::type_as"};
+  for (int guard = 0; guard < 8; ++guard) {
+    const auto& val = g.value(v);
+    if (val.kind != ValueKind::Tensor) return std::nullopt;
+    if (val.param != kNone) return g.parameter(val.param).isConstant ? std::nullopt : std::optional(val.param);
+    if (val.producer == kNone) return std::nullopt;
+    const auto& n = g.node(val.producer);
+    if (!pass.count(n.kind) || n.inputs.empty()) return std::nullopt;
+    v = n.inputs.at(0);
+  }
+  return std::nullopt;
+}
+
+/// The weight op whose output reaches `v` through layout ops and eval dropout, each value on the
+/// way read only there: scaled centering changes those values by a per-channel amount, so
+/// nothing else may read them.
+std::optional<NodeId> scaledProducer(const Graph& g, ValueId v) {
+  static const std::set<std::string> pass{"aten::dropout", "aten::feature_dropout", "aten::view", "aten::reshape",
+                                          "aten::permute", "aten::transpose", "aten::contiguous", "aten::clone",
+                                          "aten::to", "aten::flatten", "aten::unflatten", "aten::detach"};
+  static const std::set<std::string> weightOps{
+      "aten::linear", "aten::addmm", "aten::matmul", "aten::mm", "aten::bmm", "aten::conv1d", "aten::conv2d",
+      "aten::conv3d", "aten::_convolution", "aten::convolution", "aten::_native_multi_head_attention"};
+  for (int guard = 0; guard < 16; ++guard) {
+    const auto& val = g.value(v);
+    if (val.producer == kNone || val.uses.size() != 1) return std::nullopt;
+    const auto& n = g.node(val.producer);
+    if (weightOps.count(n.kind)) return n.id;
+    if (!pass.count(n.kind) || n.inputs.empty()) return std::nullopt;
+    v = n.inputs.at(0);
+  }
+  return std::nullopt;
+}
+
+/// Operand slot of the scaled value (the other is the scale), when the node has the pattern.
+std::optional<std::size_t> scaledSlot(const Graph& g, NodeId node) {
+  const auto& n = g.node(node);
+  if (n.inputs.size() != 2 || !isTensor(g, n.inputs[0]) || !isTensor(g, n.inputs[1])) return std::nullopt;
+  for (std::size_t s = 0; s < 2; ++s)
+    if (scaleParameter(g, n.inputs[1 - s]) && scaledProducer(g, n.inputs[s])) return s;
+  return std::nullopt;
+}
+
+bool isScaledLeaf(const Graph& g, NodeId node) { return scaledSlot(g, node).has_value(); }
+
+/// Unit roundoff of a floating dtype (0 when unknown).
+double unitRoundoff(const std::string& dtype) {
+  if (dtype == "float64") return std::ldexp(1.0, -53);
+  if (dtype == "float32") return std::ldexp(1.0, -24);
+  if (dtype == "float16") return std::ldexp(1.0, -11);
+  if (dtype == "bfloat16") return std::ldexp(1.0, -8);
+  return 0;
+}
+
+void scaledLeafMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  auto slot = *scaledSlot(g, ctx.nodeId());
+  ValueId x = n.inputs.at(slot), scaleOperand = n.inputs.at(1 - slot);
+  const auto& f = ctx.fact(x);
+  auto producer = *scaledProducer(g, x);
+  auto out = rankOf(g, n.outputs.at(0));
+  // The product must be of the weight leaf alone, mean-zero along one axis the scale varies
+  // along, with one scale per output channel of that leaf; otherwise the product is an ordinary
+  // one (the preserving rule decides).
+  if (!f.isMeanZero() || f.leaves.size() != 1 || f.factor || out < 0) { ctx.delegateTo(nextRule(g, ctx.nodeId())); return; }
+  const Leaf& base = ctx.leaf(f.leaves[0]);
+  auto axes = alignAxes(f.axes, rankOf(g, x), out);
+  const auto* outShape = shapeOf(g, n.outputs.at(0));
+  const auto* scaleShape = shapeOf(g, scaleOperand);
+  bool fits = base.node == producer && base.kind != LeafKind::Parameter && axes.size() == 1 && outShape &&
+              scaleShape && !base.actions.empty();
+  int64_t axis = fits ? axes.axes()[0] : -1;
+  int64_t channels = fits ? outShape->at(axis) : 0;
+  if (fits) {
+    // The scale, right-aligned to the output, varies along `axis` only, one entry per channel.
+    auto offset = out - int64_t(scaleShape->size());
+    for (int64_t i = 0; i < int64_t(scaleShape->size()); ++i)
+      if (scaleShape->at(i) != 1 && i + offset != axis) fits = false;
+    if (offset < 0 || (axis - offset >= 0 && scaleShape->at(axis - offset) != channels)) fits = false;
+    for (const auto& a : base.actions) {
+      const auto& shape = g.parameter(a.param).shape;
+      if (a.groups != 1 || a.axis >= int64_t(shape.size()) || shape[a.axis] != channels) fits = false;
+    }
+  }
+  auto gamma = *scaleParameter(g, scaleOperand);
+  const auto& gp = g.parameter(gamma);
+  int64_t numel = 1;
+  for (auto d : gp.shape) numel *= d;
+  if (!fits || numel != channels) { ctx.delegateTo(nextRule(g, ctx.nodeId())); return; }
+  // Refusals, with the numbers: a zero entry cannot be divided by; a wide range makes the
+  // subtracted mean / gamma_c large for small gamma_c, and rounding W' back to the model dtype
+  // loses up to u * max|gamma| / min|gamma| of that channel's relative precision (u the unit
+  // roundoff): refused past 1/sqrt(u), where half the dtype's digits would be gone
+  // (float32: ratio 4096, float16: 45, bfloat16: 16; docs/design.md, "Beyond the paper").
+  std::string what = "the per-channel scale " + gp.path + " after " + g.describeNode(producer);
+  if (gp.absMin < 0) { ctx.breakHere(what + " has no recorded values, so it cannot be absorbed"); return; }
+  if (gp.absMin == 0) {
+    ctx.breakHere(what + " has a zero entry: the scaled centering divides by every gamma_c, so it "
+                  "cannot be absorbed (the product breaks the zero mean)");
+    return;
+  }
+  double u = unitRoundoff(gp.dtype);
+  double ratio = gp.absMax / gp.absMin, bound = u > 0 ? 1.0 / std::sqrt(u) : 0;
+  if (u == 0 || ratio > bound) {
+    ctx.breakHere(what + ": max|gamma|/min|gamma| = " + std::to_string(ratio) + " exceeds the bound " +
+                  std::to_string(bound) + " (1/sqrt(unit roundoff) of " + gp.dtype +
+                  "): absorbing it would round the small channels' weights past half their precision");
+    return;
+  }
+  Leaf leaf = base;
+  leaf.output = n.outputs.at(0);
+  leaf.axes = AxisSet::of({axis});
+  for (auto& a : leaf.actions) a.scale = gamma;
+  leaf.scale = gamma;
+  leaf.scaleNode = ctx.nodeId();
+  leaf.scaledFrom = base.id;
+  auto id = ctx.addLeaf(std::move(leaf));
+  ctx.set(0, MeanZeroFact::meanZero(AxisSet::of({axis}), {id}, ctx.rule()));
+}
+
+ShiftOutcome scaledLeafShift(const ShiftInput& in) { return nextRule(in.graph, in.node).shift(in); }
+
+}  // namespace
+
+void addScaledLeafRules(std::vector<Rule>& rules) {
+  FamilyTable t(rules, RuleFamily::Leaf);
+  // mul(W h + b, gamma) (either operand order; gamma a parameter through reshapes, varying only
+  // along the leaf's axis; the weight op's output reaching the product through layout ops or
+  // eval dropout, read nowhere else).
+  //   mean-zero: a leaf along that axis once W and b are scaled-centered (every gamma_c != 0 and
+  //              max|gamma|/min|gamma| within 1/sqrt(u) of gamma's dtype; otherwise broken with
+  //              the numbers); a product whose facts do not fit is the next rule's (scale).
+  //   shift:     the next rule's (a shift reaching the product from upstream is an ordinary one).
+  t.add(kScaledLeaf, {"aten::mul", "aten::mul_"},
+        "gamma * (W h + b) with a per-channel parameter gamma: centering the scaled map (W'[c] = "
+        "W[c] - mean_k(gamma_k W[k]) / gamma_c, b likewise) makes the product mean-zero along the "
+        "channels; refused when some gamma_c is 0 or max|gamma|/min|gamma| exceeds 1/sqrt(u) of its dtype",
+        scaledLeafMz, scaledLeafShift, isScaledLeaf);
+}
+
+}  // namespace foldnorm::rules
