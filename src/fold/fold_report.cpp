@@ -18,6 +18,7 @@ nlohmann::json toJson(const FoldReport& r) {
   j["centered"] = r.centered;
   j["untied"] = r.untied;
   j["untie_bytes"] = r.untieBytes;
+  j["fused_add_norms"] = r.fusedAddNorms;
   const auto& v = r.verification;
   nlohmann::json vj{{"ran", v.ran}};
   if (v.ran) {
@@ -49,6 +50,8 @@ std::string toText(const FoldReport& r) {
                 r.centered.size());
     if (!r.untied.empty())
       out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
+    if (r.fusedAddNorms > 0)
+      out += strf("; fused %d residual add(s) into foldnorm::add_rms_norm", r.fusedAddNorms);
     out += "\n";
   }
   for (std::size_t i = 0; i < r.kept.size(); ++i)

@@ -28,6 +28,9 @@ struct FoldOptions {
   std::string device = "cpu";    // where verification runs: cpu | cuda
   uint64_t seed = 0;
   double float64Tolerance = 1e-9;  // relative; above it the fold is a bug
+  // Each residual add read by a folded norm becomes one foldnorm::add_rms_norm with it (exact:
+  // bitwise equal to add + rms_norm), in the saved model and in both verification runs.
+  bool fuseAddNorm = true;
   ProgressFn progress;
 };
 
@@ -61,6 +64,7 @@ struct FoldReport {
   std::vector<std::string> centered;   // parameter paths changed
   std::vector<std::string> untied;     // parameter paths copied for the centered side
   int64_t untieBytes = 0;
+  int fusedAddNorms = 0;               // aten::add + rms_norm pairs now one foldnorm::add_rms_norm
   Verification verification;
 };
 
