@@ -10,13 +10,16 @@
 
 namespace foldnorm::test {
 
-/// The portable kernels always, the AVX2 ones when this CPU has AVX2/FMA/F16C.
+/// The portable kernels always, the AVX2 ones when this CPU has AVX2/FMA/F16C, the AVX-512 ones
+/// when it has AVX-512 F/BW/VL/DQ.
 inline std::vector<ops::CpuKernelIsa> isasOnThisCpu() {
   std::vector<ops::CpuKernelIsa> isas{ops::CpuKernelIsa::kPortable};
-  try {
-    ops::setCpuKernelIsa(ops::CpuKernelIsa::kAvx2);
-    isas.push_back(ops::CpuKernelIsa::kAvx2);
-  } catch (const c10::Error&) {
+  for (auto isa : {ops::CpuKernelIsa::kAvx2, ops::CpuKernelIsa::kAvx512}) {
+    try {
+      ops::setCpuKernelIsa(isa);
+      isas.push_back(isa);
+    } catch (const c10::Error&) {
+    }
   }
   ops::setCpuKernelIsa(std::nullopt);
   return isas;

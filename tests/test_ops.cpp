@@ -61,10 +61,12 @@ torch::Tensor referenceNorm(bool layer, const torch::Tensor& x, int64_t normDims
 // The instruction sets to test on this CPU: the portable one always, AVX2 when present.
 std::vector<CpuKernelIsa> isasOnThisCpu() {
   std::vector<CpuKernelIsa> isas{CpuKernelIsa::kPortable};
-  try {
-    foldnorm::ops::setCpuKernelIsa(CpuKernelIsa::kAvx2);
-    isas.push_back(CpuKernelIsa::kAvx2);
-  } catch (const c10::Error&) {
+  for (auto isa : {CpuKernelIsa::kAvx2, CpuKernelIsa::kAvx512}) {
+    try {
+      foldnorm::ops::setCpuKernelIsa(isa);
+      isas.push_back(isa);
+    } catch (const c10::Error&) {
+    }
   }
   foldnorm::ops::setCpuKernelIsa(std::nullopt);
   return isas;

@@ -272,6 +272,7 @@ FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analy
   foldOptions.randomInputs = options.verifyRandomInputs;
   foldOptions.device = "cpu";  // the trace's own device; the float64 check is about the method
   foldOptions.seed = options.seed;
+  foldOptions.fuseAddNorm = options.fuseAddNorm;
   foldOptions.progress = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
   return foldModel(model, analysis, foldOptions);
 }
@@ -308,6 +309,7 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   if (device.is_cpu()) report.loadBefore = loadAverage();
   report.foldedLayerNorms = static_cast<int>(folded.report.folded.size());
   report.keptLayerNorms = static_cast<int>(folded.report.kept.size());
+  report.fusedAddNorms = folded.report.fusedAddNorms;
   report.worstRelative32 = v.worstRelative32;
   report.worstRelative64 = v.worstRelative64;
   report.predictionsUnchanged = v.predictionsUnchanged;
@@ -405,6 +407,7 @@ nlohmann::json toJson(const ModelBenchReport& r) {
           {"load_average", load},
           {"fold", {{"folded_layer_norms", r.foldedLayerNorms},
                     {"kept_layer_norms", r.keptLayerNorms},
+                    {"fused_add_norms", r.fusedAddNorms},
                     {"worst_relative_float32", r.worstRelative32},
                     {"worst_relative_float64", r.worstRelative64},
                     {"predictions_unchanged", r.predictionsUnchanged}}},

@@ -1,6 +1,6 @@
 // foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
 //               [--no-scale-absorb] [--no-insert-centering]
-//               [--device cpu|cuda] [--no-verify] [--random N] [--json]
+//               [--device cpu|cuda] [--no-verify] [--random N] [--no-fuse] [--json]
 #include <torch/cuda.h>
 
 #include <cstdio>
@@ -18,7 +18,8 @@ namespace {
 struct FoldCliOptions {
   std::string model, out, device = "cpu";
   std::vector<std::string> inputs, only;
-  bool noUntie = false, noVerify = false, json = false, noScaleAbsorb = false, noInsertCentering = false;
+  bool noUntie = false, noVerify = false, noFuse = false, json = false, noScaleAbsorb = false,
+       noInsertCentering = false;
   int random = 3;
 };
 
@@ -36,6 +37,8 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_flag("--no-verify", o->noVerify, "Skip verification (for huge models only)");
   cmd->add_option("--random", o->random, "Random input sets drawn from the spec, besides the example")
       ->check(CLI::Range(0, 100));
+  cmd->add_flag("--no-fuse", o->noFuse,
+                "Keep each residual add separate from the folded norm (no foldnorm::add_rms_norm)");
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
   cmd->callback([o, &exitCode] {
     checkOutputPath(o->model, o->out);
@@ -60,6 +63,7 @@ void setup(CLI::App& app, int& exitCode) {
     fo.verify = !o->noVerify;
     fo.randomInputs = o->random;
     fo.device = o->device;
+    fo.fuseAddNorm = !o->noFuse;
     fo.progress = progress;
     auto folded = foldModel(model, analysis, fo);
     const auto& v = folded.report.verification;

@@ -174,13 +174,14 @@ void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTable
 }
 
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
-               const AnalysisResult& analysis, FoldReport* report) {
+               const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report) {
   auto tables = tablesFor(graph, *model.torch);
   at::NoGradGuard noGrad;
   centerParameters(m, graph, tables, model, analysis, report);
   // Before the LN rewrite: an insertion may follow an LN node, which the rewrite destroys.
   insertCenterings(graph, tables, model, analysis, report);
   replaceLayerNorms(graph, tables, model, analysis, report);
+  if (options.fuseAddNorm) fuseAddNorms(graph, tables, model, report);
   jit::EliminateDeadCode(graph);
 }
 

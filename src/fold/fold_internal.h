@@ -1,6 +1,7 @@
 // Internal to src/fold: the pieces of the TorchScript fold (see include/foldnorm/fold/fold.h).
 //   apply_plan.cpp     node/value tables, centering and untie of the planned parameters
 //   rewrite_norms.cpp  foldable LayerNorms -> foldnorm::rms_norm
+//   fuse_add_norm.cpp  aten::add -> folded rms_norm pairs -> foldnorm::add_rms_norm
 //   verify.cpp         original vs folded, float32 and float64
 //   fold.cpp           orchestration and the atomic save;  fold_report.cpp  text and JSON
 #pragma once
@@ -37,9 +38,16 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
 void replaceLayerNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables,
                        const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
 
-/// The whole rewrite: centerParameters, replaceLayerNorms, dead-code elimination.
+/// Replaces each residual add read by a folded rms_norm (and the norm) by one
+/// foldnorm::add_rms_norm where that is exact (conditions in fuse_add_norm.cpp); counts them in
+/// report->fusedAddNorms (report may be null).
+void fuseAddNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables, const ImportedModel& model,
+                  FoldReport* report);
+
+/// The whole rewrite: centerParameters, replaceLayerNorms, fuseAddNorms (unless
+/// options.fuseAddNorm is off), dead-code elimination.
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
-               const AnalysisResult& analysis, FoldReport* report);
+               const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report);
 
 /// Runs original and folded (float32 on the options' device, and float64 copies) and compares.
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis, const jit::Module& folded,

@@ -19,6 +19,7 @@ nlohmann::json toJson(const FoldReport& r) {
   j["untied"] = r.untied;
   j["untie_bytes"] = r.untieBytes;
   j["inserted_centerings"] = r.inserted;
+  j["fused_add_norms"] = r.fusedAddNorms;
   const auto& v = r.verification;
   nlohmann::json vj{{"ran", v.ran}};
   if (v.ran) {
@@ -66,6 +67,8 @@ std::string toText(const FoldReport& r) {
                 r.centered.size());
     if (!r.untied.empty())
       out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
+    if (r.fusedAddNorms > 0)
+      out += strf("; fused %d residual add(s) into foldnorm::add_rms_norm", r.fusedAddNorms);
     out += "\n";
   }
   for (const auto& ins : r.inserted) out += "  " + ins + "\n";

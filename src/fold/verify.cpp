@@ -149,7 +149,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   auto plan64 = cloneSharing(tm.module, planned, {at::kDouble, c10::kCPU});
   auto planGraph = inlineForwardInPlace(plan64);
   // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
-  applyPlan(plan64, planGraph, model, analysis, nullptr);
+  applyPlan(plan64, planGraph, model, analysis, options, nullptr);
   auto plan64Graph = convertedReads(plan64, planGraph, float64);
 
   for (std::size_t r = 0; r < inputSets.size(); ++r) {

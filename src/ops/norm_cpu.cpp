@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <string>
 #include <tuple>
 
 #include "foldnorm/ops/rms_norm.h"
@@ -26,11 +27,23 @@ bool cpuHasAvx2() {
 #endif
 }
 
+bool cpuHasAvx512() {
+#if defined(__x86_64__) || defined(_M_X64)
+  return cpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
 CpuKernelIsa automaticIsa() {
-  // Follow ATen's own choice, so ATEN_CPU_CAPABILITY=default turns ours off too.
-  static const CpuKernelIsa isa = cpuHasAvx2() && at::get_cpu_capability() != "DEFAULT"
-                                      ? CpuKernelIsa::kAvx2
-                                      : CpuKernelIsa::kPortable;
+  // Follow ATen's own choice, so ATEN_CPU_CAPABILITY=default (or avx2) turns ours down too.
+  static const CpuKernelIsa isa = [] {
+    const std::string aten = at::get_cpu_capability();
+    if (cpuHasAvx512() && aten == "AVX512") return CpuKernelIsa::kAvx512;
+    if (cpuHasAvx2() && aten != "DEFAULT") return CpuKernelIsa::kAvx2;
+    return CpuKernelIsa::kPortable;
+  }();
   return isa;
 }
 
@@ -38,6 +51,7 @@ CpuKernelIsa automaticIsa() {
 std::atomic<int> forcedIsa{-1};
 
 void runNormCpu(const NormCpuCall& call) {
+  if (cpuKernelIsa() == CpuKernelIsa::kAvx512) return normCpuAvx512(call);
   if (cpuKernelIsa() == CpuKernelIsa::kAvx2) return normCpuAvx2(call);
   normCpuPortable(call);
 }
@@ -173,7 +187,8 @@ std::tuple<at::Tensor, at::Tensor> addRmsNormCpu(const at::Tensor& input,
 }  // namespace
 
 void runNormBackwardCpu(const NormBackwardCpuCall& call) {
-  if (cpuKernelIsa() == CpuKernelIsa::kAvx2) return normBackwardCpuAvx2(call);
+  // The backward has no AVX-512 rows: AVX2 there.
+  if (cpuKernelIsa() != CpuKernelIsa::kPortable) return normBackwardCpuAvx2(call);
   normBackwardCpuPortable(call);
 }
 
@@ -186,10 +201,16 @@ void setCpuKernelIsa(std::optional<CpuKernelIsa> isa) {
   if (isa == CpuKernelIsa::kAvx2) {
     TORCH_CHECK(cpuHasAvx2(), "setCpuKernelIsa: this CPU has no AVX2/FMA/F16C; use kPortable");
   }
+  if (isa == CpuKernelIsa::kAvx512) {
+    TORCH_CHECK(cpuHasAvx512(), "setCpuKernelIsa: this CPU has no AVX-512 F/BW/VL/DQ; use kAvx2 or kPortable");
+  }
   forcedIsa.store(isa ? static_cast<int>(*isa) : -1);
 }
 
-const char* toString(CpuKernelIsa isa) { return isa == CpuKernelIsa::kAvx2 ? "avx2" : "portable"; }
+const char* toString(CpuKernelIsa isa) {
+  if (isa == CpuKernelIsa::kAvx512) return "avx512";
+  return isa == CpuKernelIsa::kAvx2 ? "avx2" : "portable";
+}
 
 TORCH_LIBRARY_IMPL(foldnorm, CPU, m) {
   m.impl("rms_norm", &rmsNormCpu);

@@ -31,6 +31,9 @@ struct NormCpuCall {
 
 void normCpuPortable(const NormCpuCall& call);
 void normCpuAvx2(const NormCpuCall& call);
+/// 16-bit RMS rows with float32 parameters in AVX-512, the AVX2 kernel's bits; everything else is
+/// normCpuAvx2 (norm_cpu_avx512.cpp).
+void normCpuAvx512(const NormCpuCall& call);
 
 /// The backward of one norm call on contiguous rows. gradInput, gradWeightPartial and
 /// gradBiasPartial may each be null (not asked for). The partial buffers hold one row of

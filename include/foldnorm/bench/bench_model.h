@@ -48,6 +48,7 @@ struct BenchModelOptions {
   int reps = 20;                  // timed rounds per length; each runs both models once
   int threads = 0;                // CPU intra-op threads for this run; 0: leave the process's
   int verifyRandomInputs = 2;     // random input sets for the fold verification
+  bool fuseAddNorm = true;        // fold with residual add + norm fused (FoldOptions::fuseAddNorm)
   uint64_t seed = 0;
   std::vector<std::string> inputSpecs;  // input spec texts; empty: the model's embedded spec
 };
@@ -87,6 +88,7 @@ struct ModelBenchReport {
   bool largeBuffersOnHeap = false;  // keepLargeBuffersOnHeap() was called (else glibc mmaps them)
   int foldedLayerNorms = 0;
   int keptLayerNorms = 0;
+  int fusedAddNorms = 0;    // residual adds fused into foldnorm::add_rms_norm by the fold
   double worstRelative32 = 0;  // fold verification, float32
   double worstRelative64 = 0;  // fold verification, float64
   bool predictionsUnchanged = true;

@@ -33,6 +33,9 @@ struct FoldOptions {
   /// model's conditioning (GPT-2: 3e-8 measured). A property of the dtype, not a verdict: above
   /// it the report says so, and flips of predictions are no longer excused by it.
   double savedFloat64Bound = 1e-5;
+  // Each residual add read by a folded norm becomes one foldnorm::add_rms_norm with it (exact:
+  // bitwise equal to add + rms_norm), in the saved model and in both verification runs.
+  bool fuseAddNorm = true;
   ProgressFn progress;
 };
 
@@ -100,6 +103,7 @@ struct FoldReport {
   std::vector<std::string> untied;     // parameter paths copied for the centered side
   std::vector<std::string> inserted;   // inserted centerings, described (method.md section 8)
   int64_t untieBytes = 0;
+  int fusedAddNorms = 0;               // aten::add + rms_norm pairs now one foldnorm::add_rms_norm
   Verification verification;
 };
 

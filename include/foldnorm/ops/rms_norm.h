@@ -90,14 +90,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackward(
     const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask);
 
 /// The instruction set of the CPU kernels. AVX2 (with FMA) is used when the CPU has it and
-/// ATen's own dispatch is not limited to DEFAULT (ATEN_CPU_CAPABILITY=default).
-enum class CpuKernelIsa { kPortable, kAvx2 };
+/// ATen's own dispatch is not limited to DEFAULT (ATEN_CPU_CAPABILITY=default); kAvx512 when the
+/// CPU has AVX-512 F/BW/VL/DQ and ATen itself dispatches to AVX512. kAvx512 runs the 16-bit RMS
+/// rows with AVX-512 (the same bits as kAvx2) and everything else with the AVX2 kernels.
+enum class CpuKernelIsa { kPortable, kAvx2, kAvx512 };
 
 /// The instruction set the CPU kernels use now.
 CpuKernelIsa cpuKernelIsa();
 
-/// Forces the CPU kernels onto one instruction set (tests cover both paths; kAvx2 on a CPU without
-/// AVX2 throws), or back to the automatic choice with std::nullopt.
+/// Forces the CPU kernels onto one instruction set (tests cover every path; one this CPU lacks
+/// throws), or back to the automatic choice with std::nullopt.
 void setCpuKernelIsa(std::optional<CpuKernelIsa> isa);
 
 const char* toString(CpuKernelIsa isa);

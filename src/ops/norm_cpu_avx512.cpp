@@ -1,0 +1,257 @@
+// The 16-bit RMS rows (bfloat16/float16 input, float32 weight/bias: foldnorm::rms_norm and
+// add_rms_norm) with AVX-512 (F, BW, VL, DQ), bit for bit the AVX2 kernel's results.
+//
+// Why: a 16-bit row is bounded by its conversions, not by memory (docs/kernels.md): with AVX2 a
+// chunk of 16 elements costs two 128-bit extracts, two widenings and two shifts to load, and
+// about 16 integer operations plus a pack and a lane permute to round back; the arithmetic is 4
+// instructions. One 512-bit register holds the whole chunk, so each step is one instruction
+// (vpmovzxwd, vpslld, vpmovdw, vcvtph2ps/vcvtps2ph).
+//
+// Rows are software-pipelined (rmsRows below): the statistics of the next row run in the loop
+// that writes this one.
+//
+// Same bits as norm_cpu_rows.h's AVX2 instantiation, by construction:
+//   - a chunk is the same 16 elements; the AVX2 kernel's two 8-float accumulators (elements 0-7
+//     and 8-15 of every chunk) are the low and high halves of one 512-bit accumulator, updated by
+//     the same FMA; they are added and reduced in ATen's AVX2 vec_reduce_all order
+//     ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7));
+//   - every other step is element-wise and the same operation (x * rstd, then fma(., w, b),
+//     . * w or . + b), rounded to 16 bits as ATen's AVX2 convert_from_float does (bfloat16: round
+//     to nearest even by the integer bias trick, NaN -> 0xffff; float16: vcvtps2ph, nearest);
+//   - the scalar tail is the same C++ (this TU is compiled with -ffp-contract=off too).
+// Everything else (float32/float64, LayerNorm, 16-bit parameters on few rows) is the AVX2 kernel.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP) && !defined(FOLDNORM_SERIAL_CPU_KERNELS)
+#error "compile the norm kernel TUs with OpenMP (-fopenmp), or at::parallel_for runs serially"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "norm_cpu_kernels.h"
+
+namespace foldnorm::ops {
+namespace {
+
+// norm_cpu_rows.h's constants: the same tasks and the same streaming decision.
+constexpr int64_t kMinElementsPerTask = 32768;
+constexpr int64_t kStreamingStoreMinBytes = int64_t{16} << 20;
+constexpr int64_t kChunk = 16;
+
+template <typename T>
+inline __m512 load16(const T* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  } else {
+    return _mm512_cvtph_ps(bits);
+  }
+}
+
+template <typename T>
+inline __m256i round16(__m512 v) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    const __m512i x = _mm512_castps_si512(v);
+    __m512i t = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    t = _mm512_add_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(0x7fff)), x);
+    t = _mm512_srli_epi32(t, 16);
+    const __mmask16 ordered = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    t = _mm512_mask_blend_epi32(ordered, _mm512_set1_epi32(0xffff), t);
+    return _mm512_cvtepi32_epi16(t);  // every lane is <= 0xffff: the truncation is exact
+  } else {
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+}
+
+template <typename T, bool kStream>
+inline void store16(T* p, __m512 v) {
+  const __m256i bits = round16<T>(v);
+  if constexpr (kStream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
+  }
+}
+
+// x + r in float, rounded to T and widened again: the tensor aten::add would have written.
+template <typename T>
+inline __m512 loadSum16(const T* x, const T* r) {
+  const __m256i rounded = round16<T>(_mm512_add_ps(load16(x), load16(r)));
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16));
+  } else {
+    return _mm512_cvtph_ps(rounded);
+  }
+}
+
+// ATen's AVX2 vec_reduce_all<float> with +, on a0 + a1.
+inline float reduceLikeAvx2(__m512 acc) {
+  __m256 v = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 0x1));
+  v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, 0x4E));
+  v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, 0xB1));
+  return _mm256_cvtss_f32(v);
+}
+
+template <typename T>
+inline float roundedSum(T x, T r) {
+  return static_cast<float>(static_cast<T>(static_cast<float>(x) + static_cast<float>(r)));
+}
+
+// One row's statistics: sum(x^2) (with kAdd of the rounded x + r) in the AVX2 kernel's order.
+template <typename T, bool kAdd>
+struct RowStats {
+  const T* x;
+  const T* r;
+  __m512 acc = _mm512_setzero_ps();
+  inline void chunk(int64_t j) {
+    const __m512 v = kAdd ? loadSum16(x + j, r + j) : load16(x + j);
+    acc = _mm512_fmadd_ps(v, v, acc);
+  }
+  // The reduction and the scalar tail from `j` on; returns 1 / sqrt(mean + eps).
+  inline float rstd(int64_t j, int64_t n, float count, float eps) const {
+    float s = reduceLikeAvx2(acc);
+    for (; j < n; ++j) {
+      float v = kAdd ? roundedSum<T>(x[j], r[j]) : static_cast<float>(x[j]);
+      s += v * v;
+    }
+    return 1.0f / std::sqrt(s / count + eps);
+  }
+};
+
+template <typename T, bool kWeight, bool kBias, bool kStream, bool kAdd>
+inline void writeChunk(const T* xr, const T* rr, const float* w, const float* b, T* yr, T* sr, int64_t j,
+                       __m512 scale) {
+  __m512 v;
+  if constexpr (kAdd) {
+    v = loadSum16(xr + j, rr + j);
+    store16<T, kStream>(sr + j, v);
+  } else {
+    v = load16(xr + j);
+  }
+  v = _mm512_mul_ps(v, scale);
+  if constexpr (kWeight && kBias) {
+    v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + j), _mm512_loadu_ps(b + j));
+  } else if constexpr (kWeight) {
+    v = _mm512_mul_ps(v, _mm512_loadu_ps(w + j));
+  } else if constexpr (kBias) {
+    v = _mm512_add_ps(v, _mm512_loadu_ps(b + j));
+  }
+  store16<T, kStream>(yr + j, v);
+}
+
+// The rows of one task, software-pipelined: the output pass of row i runs in one loop with the
+// statistics pass of row i + 1. The statistics are one FMA chain (4 cycles per chunk whatever the
+// width, and its order is fixed by the bits), the output pass has no chain; interleaved, the
+// chain's latency hides behind the output work, and row i + 1's loads from memory overlap row i's
+// arithmetic. Each row's own operations and their order are unchanged.
+template <typename T, bool kWeight, bool kBias, bool kStream, bool kAdd>
+void rmsRows(const NormCpuCall& call) {
+  const T* x = static_cast<const T*>(call.x);
+  const T* res = static_cast<const T*>(call.residual);
+  T* sum = static_cast<T*>(call.sum);
+  const float* w = static_cast<const float*>(call.weight);
+  const float* b = static_cast<const float*>(call.bias);
+  T* y = static_cast<T*>(call.y);
+  const int64_t n = call.cols;
+  const int64_t vectorEnd = n - n % kChunk;
+  const float count = static_cast<float>(n);
+  const float eps = static_cast<float>(call.eps);
+  const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(n, 1));
+  auto statsOf = [&](int64_t row) {
+    return RowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr};
+  };
+  at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
+    if (begin >= end) return;
+    auto first = statsOf(begin);
+    for (int64_t j = 0; j < vectorEnd; j += kChunk) first.chunk(j);
+    float rstd = first.rstd(vectorEnd, n, count, eps);
+    for (int64_t row = begin; row < end; ++row) {
+      const T* xr = x + row * n;
+      const T* rr = kAdd ? res + row * n : nullptr;
+      T* sr = kAdd ? sum + row * n : nullptr;
+      T* yr = y + row * n;
+      const __m512 scale = _mm512_set1_ps(rstd);
+      const bool hasNext = row + 1 < end;
+      auto next = statsOf(hasNext ? row + 1 : row);
+      if (hasNext) {
+        for (int64_t j = 0; j < vectorEnd; j += kChunk) {
+          next.chunk(j);
+          writeChunk<T, kWeight, kBias, kStream, kAdd>(xr, rr, w, b, yr, sr, j, scale);
+        }
+      } else {
+        for (int64_t j = 0; j < vectorEnd; j += kChunk)
+          writeChunk<T, kWeight, kBias, kStream, kAdd>(xr, rr, w, b, yr, sr, j, scale);
+      }
+      for (int64_t j = vectorEnd; j < n; ++j) {
+        float v = static_cast<float>(xr[j]);
+        if constexpr (kAdd) {
+          v = roundedSum<T>(xr[j], rr[j]);
+          sr[j] = static_cast<T>(v);
+        }
+        v *= rstd;
+        if constexpr (kWeight) v *= w[j];
+        if constexpr (kBias) v += b[j];
+        yr[j] = static_cast<T>(v);
+      }
+      if (hasNext) rstd = next.rstd(vectorEnd, n, count, eps);
+    }
+    if constexpr (kStream) _mm_sfence();
+  });
+}
+
+inline bool aligned32(const void* p) { return reinterpret_cast<uintptr_t>(p) % 32 == 0; }
+
+template <typename T, bool kWeight, bool kBias, bool kAdd>
+void rmsRowsStreamOrNot(const NormCpuCall& call) {
+  const int64_t rowBytes = call.cols * static_cast<int64_t>(sizeof(T));
+  const bool stream = call.rows * rowBytes >= kStreamingStoreMinBytes && rowBytes % 32 == 0 &&
+                      aligned32(call.y) && (!kAdd || aligned32(call.sum));
+  if (stream) return rmsRows<T, kWeight, kBias, true, kAdd>(call);
+  rmsRows<T, kWeight, kBias, false, kAdd>(call);
+}
+
+template <typename T, bool kAdd>
+void rmsRowsByAffine(const NormCpuCall& call) {
+  const bool w = call.weight != nullptr, b = call.bias != nullptr;
+  if (w && b) return rmsRowsStreamOrNot<T, true, true, kAdd>(call);
+  if (w) return rmsRowsStreamOrNot<T, true, false, kAdd>(call);
+  if (b) return rmsRowsStreamOrNot<T, false, true, kAdd>(call);
+  rmsRowsStreamOrNot<T, false, false, kAdd>(call);
+}
+
+template <typename T>
+void rmsRowsOf(const NormCpuCall& call) {
+  if (call.residual != nullptr) return rmsRowsByAffine<T, true>(call);
+  rmsRowsByAffine<T, false>(call);
+}
+
+}  // namespace
+
+void normCpuAvx512(const NormCpuCall& call) {
+  const bool reduced = call.dataType == c10::ScalarType::BFloat16 || call.dataType == c10::ScalarType::Half;
+  if (call.kind != NormKind::kRms || !reduced || call.paramType != c10::ScalarType::Float) return normCpuAvx2(call);
+  if (call.dataType == c10::ScalarType::BFloat16) return rmsRowsOf<c10::BFloat16>(call);
+  rmsRowsOf<c10::Half>(call);
+}
+
+}  // namespace foldnorm::ops
+#else
+#include <c10/util/Exception.h>
+
+#include "norm_cpu_kernels.h"
+
+namespace foldnorm::ops {
+void normCpuAvx512(const NormCpuCall&) {
+  TORCH_CHECK(false, "foldnorm ops: the AVX-512 kernels were not compiled for this target");
+}
+}  // namespace foldnorm::ops
+#endif
