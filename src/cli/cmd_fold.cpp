@@ -1,5 +1,5 @@
 // foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
-//               [--device cpu|cuda] [--no-verify] [--random N] [--json]
+//               [--device cpu|cuda] [--no-verify] [--random N] [--rms-op foldnorm|aten] [--json]
 #include <torch/cuda.h>
 
 #include <cstdio>
@@ -14,7 +14,7 @@ namespace foldnorm::cli {
 namespace {
 
 struct FoldCliOptions {
-  std::string model, out, device = "cpu";
+  std::string model, out, device = "cpu", rmsOp = "foldnorm";
   std::vector<std::string> inputs, only;
   bool noUntie = false, noVerify = false, json = false;
   int random = 3;
@@ -33,6 +33,10 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_flag("--no-verify", o->noVerify, "Skip verification (for huge models only)");
   cmd->add_option("--random", o->random, "Random input sets drawn from the spec, besides the example")
       ->check(CLI::Range(0, 100));
+  cmd->add_option("--rms-op", o->rmsOp, "foldnorm: our fused op (fast; loading the model needs "
+                                       "libfoldnorm_ops.so); aten: aten::rms_norm plus a bias add "
+                                       "(runs in plain PyTorch)")
+      ->check(CLI::IsMember({"foldnorm", "aten"}))->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
   cmd->callback([o, &exitCode] {
     checkOutputPath(o->model, o->out);
@@ -52,6 +56,7 @@ void setup(CLI::App& app, int& exitCode) {
     fo.verify = !o->noVerify;
     fo.randomInputs = o->random;
     fo.device = o->device;
+    fo.rmsOp = o->rmsOp == "aten" ? RmsOp::Aten : RmsOp::Foldnorm;
     fo.progress = progress;
     auto folded = foldModel(model, analysis, fo);
     const auto& v = folded.report.verification;

@@ -134,11 +134,11 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
 }
 
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
-               const AnalysisResult& analysis, FoldReport* report) {
+               const AnalysisResult& analysis, RmsOp rmsOp, FoldReport* report) {
   auto tables = tablesFor(graph, *model.torch);
   at::NoGradGuard noGrad;
   centerParameters(m, graph, tables, model, analysis, report);
-  replaceLayerNorms(graph, tables, model, analysis, report);
+  replaceLayerNorms(graph, tables, model, analysis, rmsOp, report);
   jit::EliminateDeadCode(graph);
 }
 

@@ -26,7 +26,7 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
   result.report.input = model.path;
   progress(strf("centering %zu parameter(s), replacing %zu LayerNorm(s)", analysis.plan.size(),
                 analysis.foldableCount()));
-  fold_detail::applyPlan(m, graph, model, analysis, &result.report);
+  fold_detail::applyPlan(m, graph, model, analysis, options.rmsOp, &result.report);
   auto tm = std::make_shared<TorchModel>();
   tm->module = m;
   tm->graph = graph;

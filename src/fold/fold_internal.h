@@ -33,13 +33,15 @@ GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel
 void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, GraphTables& tables,
                       const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
 
-/// Replaces each foldable LayerNorm node by foldnorm::rms_norm (same inputs); records kept ones.
+/// Replaces each foldable LayerNorm node by foldnorm::rms_norm (same inputs), or by aten::rms_norm
+/// and a bias add (RmsOp::Aten); records kept ones.
 void replaceLayerNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables,
-                       const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
+                       const ImportedModel& model, const AnalysisResult& analysis, RmsOp rmsOp,
+                       FoldReport* report);
 
 /// The whole rewrite: centerParameters, replaceLayerNorms, dead-code elimination.
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
-               const AnalysisResult& analysis, FoldReport* report);
+               const AnalysisResult& analysis, RmsOp rmsOp, FoldReport* report);
 
 /// Runs original and folded (float32 on the options' device, and float64 copies) and compares.
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis, const jit::Module& folded,

@@ -89,7 +89,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   retargetAttributes(original64, float64);
   retargetAttributes(folded64, float64);
   // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
-  applyPlan(folded64, foldedGraph64, model, analysis, nullptr);
+  applyPlan(folded64, foldedGraph64, model, analysis, options.rmsOp, nullptr);
   retargetGraph(graph64, float64);
   retargetGraph(foldedGraph64, float64);
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
