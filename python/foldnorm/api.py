@@ -105,13 +105,25 @@ def _verify(model: nn.Module, report: Report, inputs: Inputs, extra, trainable: 
     folded64, _ = build(model, report, trainable, float64=True)
     g = torch.Generator().manual_seed(0)
     input_sets = [inputs] + [inputs.mapped(lambda t: _random_like(t, g)) for _ in range(random_inputs)]
+    # Factory calls without a dtype follow the default: float64 here, or a model's own
+    # torch.full(..., finfo(float64).min) overflows float32 (OPT in transformers 4.41).
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        _verify_runs(reference, folded64, input_sets, extra, summary)
+    finally:
+        torch.set_default_dtype(default)
+    summary.verified = True
+
+
+def _verify_runs(reference: nn.Module, folded64: nn.Module, input_sets: List[Inputs], extra,
+                 summary: FoldSummary) -> None:
     with eval_mode(reference), eval_mode(folded64):
         for i, x in enumerate(input_sets):
             x64 = x.mapped(lambda t: t.double() if t.is_floating_point() else t)
             what = "float64, example inputs" if i == 0 else f"float64, random input set {i}"
             worst = _compare(_outputs(reference, x64, extra), _outputs(folded64, x64, extra), what)
             summary.worst_relative_float64 = max(summary.worst_relative_float64, worst)
-    summary.verified = True
 
 
 def fold_traced(path_or_scriptmodule: ModelLike, example_inputs: Optional[ExampleInputs] = None,

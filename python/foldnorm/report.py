@@ -122,7 +122,7 @@ class Report:
             colour = "#d9f2d9" if v.foldable else "#f8d7d7"
             verdict = "foldable" if v.foldable else f"not foldable ({html.escape(v.reason)})"
             rows.append(f"<tr style='background:{colour}'><td><code>{html.escape(v.module or '<top>')}</code></td>"
-                        f"<td>{verdict}</td><td>{html.escape(v.explanation)}</td></tr>")
+                        f"<td>{verdict}</td><td>{html.escape(self._analysis.verdict_sentence(v.index))}</td></tr>")
         table = ("<table><thead><tr><th>LayerNorm</th><th>verdict</th><th>why</th></tr></thead><tbody>"
                  + "".join(rows) + "</tbody></table>")
         k, n = len(self.foldable), len(self.layer_norms)
