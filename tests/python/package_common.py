@@ -96,3 +96,14 @@ def greedy_tokens(model, prompt: torch.Tensor, n: int = 6) -> torch.Tensor:
     with torch.no_grad():
         return model.generate(prompt, max_new_tokens=n, do_sample=False, num_beams=1,
                               attention_mask=torch.ones_like(prompt), pad_token_id=0)
+
+
+class Logits(torch.nn.Module):
+    """A causal LM as a plain tensor function (what a user traces and saves by hand)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(input_ids=x, use_cache=False).logits

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from package_common import Skip, assert_depends_on_input, count, greedy_tokens, ids, max_rel, run, \
+from package_common import Logits, assert_depends_on_input, count, greedy_tokens, ids, max_rel, run, \
     tiny_gpt2  # noqa: E402
 
 import torch  # noqa: E402
@@ -93,15 +93,6 @@ def test_scriptmodule_and_path_inputs():
     model = tiny_gpt2()
     x = ids()
     eager = foldnorm.analyze(model, {"input_ids": x})
-
-    class Logits(nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, t):
-            return self.m(input_ids=t, use_cache=False).logits
-
     traced = torch.jit.trace(Logits(model), (x,), check_trace=False)
     scripted = foldnorm.analyze(traced, x)
     assert [ln.foldable for ln in scripted.layer_norms] == [ln.foldable for ln in eager.layer_norms]

@@ -10,10 +10,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from package_common import ids, max_rel, run, tiny_gpt2  # noqa: E402
+from package_common import Logits, Skip, ids, max_rel, run, tiny_gpt2  # noqa: E402
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
 import foldnorm  # noqa: E402
 
@@ -38,15 +37,6 @@ except (AttributeError, RuntimeError):
 assert not loaded, "foldnorm's op library is loaded"
 print(err)
 """
-
-
-class Logits(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, x):
-        return self.m(input_ids=x, use_cache=False).logits
 
 
 def _run_plain(model_path, inputs, expected):
@@ -97,7 +87,6 @@ def test_default_op_is_ours_and_bad_op_is_refused():
 
 def test_cli_rms_op_aten():
     if not CLI:
-        from package_common import Skip
         raise Skip("no CLI path given")
     model = tiny_gpt2()
     x = ids()
