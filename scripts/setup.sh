@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One idempotent set-up: Debian packages, the project venv (torch + torchvision from PyPI),
 # then a CMake build. Everything big lives outside the clone, under $FOLDNORM_CACHE.
+# The Python package (python/, docs/python.md) is built into $build/python/foldnorm; a .pth file in
+# the venv makes `import foldnorm` work there (an editable install: rebuilding updates it).
+# pybind11 is the copy torch ships (torch/include/pybind11), so torch's casters fit.
 # Usage: scripts/setup.sh [--no-build]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,7 +21,7 @@ timm_version=1.0.31
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 apt_packages=(
-  build-essential cmake ninja-build ccache pkg-config python3-venv
+  build-essential cmake ninja-build ccache pkg-config python3-venv python3-dev
   libboost-graph-dev libboost-tools-dev libgraphviz-dev graphviz
   libimgui-dev libglfw3-dev libgl-dev libstb-dev
   catch2 nlohmann-json3-dev libcli11-dev libfmt-dev
@@ -64,3 +67,6 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 say "building (ccache dir: ${CCACHE_DIR:-$cache/ccache})"
 CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} cmake --build "$build" -j "$(nproc)"
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$build/python" > "$site/foldnorm.pth"
+say "python package: $build/python/foldnorm (import foldnorm in $venv via $site/foldnorm.pth)"

@@ -1,5 +1,5 @@
 // foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
-//               [--no-scale-absorb] [--no-insert-centering]
+//               [--no-scale-absorb] [--no-insert-centering] [--rms-op foldnorm|aten]
 //               [--device cpu|cuda] [--no-verify] [--random N] [--no-fuse] [--json]
 #include <torch/cuda.h>
 
@@ -16,7 +16,7 @@ namespace foldnorm::cli {
 namespace {
 
 struct FoldCliOptions {
-  std::string model, out, device = "cpu";
+  std::string model, out, device = "cpu", rmsOp = "foldnorm";
   std::vector<std::string> inputs, only;
   bool noUntie = false, noVerify = false, noFuse = false, json = false, noScaleAbsorb = false,
        noInsertCentering = false;
@@ -39,6 +39,10 @@ void setup(CLI::App& app, int& exitCode) {
       ->check(CLI::Range(0, 100));
   cmd->add_flag("--no-fuse", o->noFuse,
                 "Keep each residual add separate from the folded norm (no foldnorm::add_rms_norm)");
+  cmd->add_option("--rms-op", o->rmsOp, "foldnorm: our fused op (fast; loading the model needs "
+                                       "libfoldnorm_ops.so); aten: aten::rms_norm plus a bias add "
+                                       "(runs in plain PyTorch)")
+      ->check(CLI::IsMember({"foldnorm", "aten"}))->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
   cmd->callback([o, &exitCode] {
     checkOutputPath(o->model, o->out);
@@ -64,6 +68,7 @@ void setup(CLI::App& app, int& exitCode) {
     fo.randomInputs = o->random;
     fo.device = o->device;
     fo.fuseAddNorm = !o->noFuse;
+    fo.rmsOp = o->rmsOp == "aten" ? RmsOp::Aten : RmsOp::Foldnorm;
     fo.progress = progress;
     auto folded = foldModel(model, analysis, fo);
     const auto& v = folded.report.verification;

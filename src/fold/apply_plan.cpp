@@ -180,8 +180,9 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
   centerParameters(m, graph, tables, model, analysis, report);
   // Before the LN rewrite: an insertion may follow an LN node, which the rewrite destroys.
   insertCenterings(graph, tables, model, analysis, report);
-  replaceLayerNorms(graph, tables, model, analysis, report);
-  if (options.fuseAddNorm) fuseAddNorms(graph, tables, model, report);
+  replaceLayerNorms(graph, tables, model, analysis, options.rmsOp, report);
+  // Fusion makes our op; the portable output (aten::rms_norm) stays unfused.
+  if (options.fuseAddNorm && options.rmsOp == RmsOp::Foldnorm) fuseAddNorms(graph, tables, model, report);
   jit::EliminateDeadCode(graph);
 }
 

@@ -34,9 +34,11 @@ GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel
 void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, GraphTables& tables,
                       const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
 
-/// Replaces each foldable LayerNorm node by foldnorm::rms_norm (same inputs); records kept ones.
+/// Replaces each foldable LayerNorm node by foldnorm::rms_norm (same inputs), or by aten::rms_norm
+/// and a bias add (RmsOp::Aten); records kept ones.
 void replaceLayerNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables,
-                       const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
+                       const ImportedModel& model, const AnalysisResult& analysis, RmsOp rmsOp,
+                       FoldReport* report);
 
 /// Replaces each residual add read by a folded rms_norm (and the norm) by one
 /// foldnorm::add_rms_norm where that is exact (conditions in fuse_add_norm.cpp); counts them in

@@ -22,8 +22,16 @@
 
 namespace foldnorm {
 
+/// What a folded LayerNorm becomes. Foldnorm: our fused foldnorm::rms_norm (fast; the saved model
+/// needs libfoldnorm_ops.so loaded). Aten: aten::rms_norm plus an aten::add of the LN's bias where
+/// it had one, so the saved model runs in plain PyTorch (ATen's CPU rms_norm is unfused and
+/// slower: docs/performance.md).
+enum class RmsOp { Foldnorm, Aten };
+const char* toString(RmsOp op);
+
 struct FoldOptions {
   bool verify = true;
+  RmsOp rmsOp = RmsOp::Foldnorm;
   int randomInputs = 3;          // extra input sets drawn from the spec (besides the example)
   std::string device = "cpu";    // where verification runs: cpu | cuda
   uint64_t seed = 0;

@@ -1,0 +1,23 @@
+"""foldnorm: which LayerNorms of a PyTorch model fold exactly into RMSNorm, and the fold itself.
+
+    import foldnorm
+    report = foldnorm.analyze(model, {"input_ids": ids})   # verdicts, reasons, the plan
+    folded = foldnorm.fold(model, {"input_ids": ids})      # eager copy: centered, RMSNorm, verified
+    folded.generate(ids, max_new_tokens=8)                 # same greedy tokens as the original
+
+See docs/python.md. The C++ core (import, analysis, render, traced fold) is the extension
+``foldnorm._foldnorm``; the norm kernels are ``torch.ops.foldnorm.*`` (foldnorm.nn).
+"""
+import torch  # noqa: F401  (LibTorch before the extension, which links it)
+
+from . import _foldnorm  # noqa: F401
+from .api import FLOAT64_TOLERANCE, analyze, fold, fold_traced
+from .errors import FoldError, FoldnormError
+from .nn import RMSNorm, add_rms_norm, layer_norm, rms_norm
+from .report import LayerNormVerdict, ParameterPlan, Report
+from ._fold import FoldSummary
+
+__version__ = "0.1.0"
+__all__ = ["analyze", "fold", "fold_traced", "RMSNorm", "rms_norm", "layer_norm", "add_rms_norm",
+           "Report", "LayerNormVerdict", "ParameterPlan", "FoldSummary", "FoldError", "FoldnormError",
+           "FLOAT64_TOLERANCE"]

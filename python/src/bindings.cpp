@@ -1,0 +1,140 @@
+// _foldnorm: the C++ core for the Python package (python/foldnorm/, docs/python.md).
+//
+// Everything the CLI does on a saved TorchScript file, without the CLI: import + analysis (an
+// Analysis object that keeps the graph, so a notebook can render an LN's `ln:` view later), and
+// the traced fold, whose folded ScriptModule comes back to Python through torch's own pybind
+// casters (torch/extension.h), so it never needs to be written and re-read. foldnorm::Error
+// (every user-caused problem) reaches Python as foldnorm.FoldnormError with the CLI's text.
+#include <torch/extension.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "foldnorm/analysis/analysis.h"
+#include "foldnorm/analysis/explain.h"
+#include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
+#include "foldnorm/fold/fold.h"
+#include "foldnorm/import/torchscript.h"
+#include "foldnorm/torch/torch_model.h"
+#ifdef FOLDNORM_WITH_RENDER
+#include "foldnorm/render/render.h"
+#include "foldnorm/render/scene.h"
+#endif
+
+namespace py = pybind11;
+
+namespace foldnorm::python {
+namespace {
+
+std::vector<InputSpec> parseSpecs(const std::vector<std::string>& specs) {
+  std::vector<InputSpec> out;
+  for (const auto& s : specs) out.push_back(parseInputSpec(s));
+  return out;
+}
+
+/// An imported model and its analysis, kept together: the render and the fold read both.
+struct Analysis {
+  ImportedModel model;
+  AnalysisResult result;
+  AnalysisOptions options;
+};
+
+std::shared_ptr<Analysis> analyze(const std::string& path, const std::vector<std::string>& inputs,
+                                  bool untie, const std::vector<std::string>& only) {
+  auto a = std::make_shared<Analysis>();
+  a->options.allowUntie = untie;
+  a->options.only = only;
+  ImportOptions io;
+  io.inputs = parseSpecs(inputs);
+  {
+    py::gil_scoped_release release;
+    a->model = importTorchScript(path, io);
+    try {
+      a->result = analyzeFoldability(a->model.graph, a->options);
+    } catch (const UnknownLayerNormPath& e) {
+      throw Error("only=" + e.path() + ": no LayerNorm with that module path (analyze() lists them)");
+    }
+  }
+  return a;
+}
+
+std::string svgOf(const Analysis& a, const std::string& lnName) {
+#ifdef FOLDNORM_WITH_RENDER
+  auto options = render::parseViewSpec("ln:" + lnName);
+  options.legend = true;
+  auto scene = render::buildScene(a.model.graph, a.result, options);
+  return render::renderToBytes(scene, render::ImageFormat::Svg);
+#else
+  throw Error("this build of foldnorm has no Graphviz rendering (FOLDNORM_RENDER=OFF)");
+#endif
+}
+
+std::vector<std::string> lnNames(const Analysis& a) {
+#ifdef FOLDNORM_WITH_RENDER
+  return render::layerNormNames(a.result);
+#else
+  std::vector<std::string> names;
+  for (const auto& v : a.result.layerNorms) names.push_back(v.info.modulePath);
+  return names;
+#endif
+}
+
+/// The traced fold (the CLI's `foldnorm fold`): returns (fold report JSON, folded module). The
+/// module is saved to `out` only when verification passed (or did not run).
+py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, int randomInputs,
+                     const std::string& device, const std::string& out) {
+  FoldOptions fo;
+  if (rmsOp == "aten") fo.rmsOp = RmsOp::Aten;
+  else if (rmsOp == "foldnorm") fo.rmsOp = RmsOp::Foldnorm;
+  else throw SettingError("rms_op", "rms_op must be 'foldnorm' or 'aten', not '" + rmsOp + "'");
+  if (randomInputs < 0 || randomInputs > 100)
+    throw SettingError("random_inputs", "random_inputs must be within [0, 100]");
+  fo.verify = verify;
+  fo.randomInputs = randomInputs;
+  fo.device = device;
+  if (!out.empty()) checkOutputPath(a.model.path, out);
+  FoldedModel folded;
+  {
+    py::gil_scoped_release release;
+    folded = foldModel(a.model, a.result, fo);
+    const auto& v = folded.report.verification;
+    if (!out.empty() && (!v.ran || v.float64Equivalent)) saveFolded(folded, a.model, out);
+  }
+  return py::make_tuple(toJson(folded.report).dump(), folded.torch->module);
+}
+
+}  // namespace
+}  // namespace foldnorm::python
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace foldnorm;
+  using namespace foldnorm::python;
+  m.doc() = "foldnorm's C++ core (import, analysis, render, traced fold); use the foldnorm package";
+  // Subclasses (SettingError, UnknownLayerNormPath) are caught by reference too.
+  py::register_exception<Error>(m, "FoldnormError", PyExc_RuntimeError);
+
+  py::class_<Analysis, std::shared_ptr<Analysis>>(m, "Analysis")
+      .def("json", [](const Analysis& a) { return toJson(a.model.graph, a.result, a.model.path).dump(); },
+           "The analysis as the CLI's JSON (schema foldnorm-analysis/1)")
+      .def("text", [](const Analysis& a, bool verbose) { return toText(a.model.graph, a.result, verbose); },
+           py::arg("verbose") = false, "The CLI's text report")
+      .def("input_specs", [](const Analysis& a) {
+             std::vector<std::string> s;
+             for (const auto& spec : a.model.inputSpecs) s.push_back(spec.toString());
+             return s;
+           })
+      .def("ln_names", &lnNames, "Names the ln: view accepts, one per LayerNorm in graph order")
+      .def("verdict_sentence", [](const Analysis& a, std::size_t i) {
+             if (i >= a.result.layerNorms.size()) throw py::index_error("no LayerNorm " + std::to_string(i));
+             return verdictSentence(a.result.layerNorms[i]);
+           })
+      .def("svg", &svgOf, py::arg("ln_name"), "SVG of one LayerNorm's mean-zero graph (the ln: view)")
+      .def("fold", &foldTraced, py::arg("rms_op") = "foldnorm", py::arg("verify") = true,
+           py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "");
+  m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
+        py::arg("untie") = true, py::arg("only") = std::vector<std::string>{},
+        "Imports a traced TorchScript file and analyses it (the CLI's analyze)");
+}
