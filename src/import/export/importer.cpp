@@ -5,14 +5,13 @@
 
 #include <filesystem>
 #include <limits>
-#include <set>
-#include <sstream>
 
 #include "export_steps.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/graph/module_paths.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
+#include "foldnorm/torch/ivalue_constant.h"
 #include "program.h"
 
 namespace foldnorm::export_detail {
@@ -51,18 +50,6 @@ ValueKind kindOfType(const c10::TypePtr& type) {
     case K::OptionalType: return kindOfType(type->containedTypes().at(0));
     default: return ValueKind::Other;
   }
-}
-
-std::optional<ConstantValue> constantOfDefault(const c10::IValue& iv) {
-  if (iv.isNone()) return ConstantValue{std::monostate{}};
-  if (iv.isInt()) return ConstantValue{iv.toInt()};
-  if (iv.isDouble()) return ConstantValue{iv.toDouble()};
-  if (iv.isBool()) return ConstantValue{iv.toBool()};
-  if (iv.isString()) return ConstantValue{iv.toStringRef()};
-  if (iv.isIntList()) return ConstantValue{iv.toIntVector()};
-  if (iv.isDoubleList()) return ConstantValue{iv.toDoubleVector()};
-  if (iv.isDevice()) return ConstantValue{iv.toDevice().str()};
-  return std::nullopt;
 }
 
 /// "File \"/x/y.py\", line 9, in forward\n ..." -> "y.py:9" of the innermost frame.
@@ -239,7 +226,7 @@ ValueId ProgramImporter::argumentValue(const json& arg, const std::string& where
 
 ValueId ProgramImporter::defaultValue(const c10::Argument& a, const std::string& where) {
   if (a.default_value()) {
-    if (auto c = constantOfDefault(*a.default_value()))
+    if (auto c = constantOf(*a.default_value()))
       return constant(*c, a.default_value()->isNone() ? ValueKind::None : kindOfType(a.type()), a.type()->annotation_str());
   } else if (a.type()->kind() == c10::TypeKind::OptionalType) {
     return constant(ConstantValue{std::monostate{}}, ValueKind::None, "NoneType");
@@ -283,8 +270,9 @@ void ProgramImporter::addOutputs(NodeId id, const json& outputs, const std::stri
     } else if (key == "as_int" || key == "as_float" || key == "as_bool") {
       auto kind = key == "as_int" ? ValueKind::Int : key == "as_float" ? ValueKind::Float : ValueKind::Bool;
       auto val = g_.addOutput(id, nodeName + "_" + std::to_string(i), kind, key.substr(3));
-      g_.value(val).constant = key == "as_int" ? ConstantValue{v.get<int64_t>()}
-                               : key == "as_float" ? ConstantValue{floatOf(v)} : ConstantValue{v.get<bool>()};
+      if (kind == ValueKind::Int) g_.value(val).constant = ConstantValue{v.get<int64_t>()};
+      else if (kind == ValueKind::Float) g_.value(val).constant = ConstantValue{floatOf(v)};
+      else g_.value(val).constant = ConstantValue{v.get<bool>()};
       produced.push_back(val);
     } else {
       produced.push_back(g_.addOutput(id, nodeName + "_" + std::to_string(i), ValueKind::Other, key));

@@ -261,6 +261,20 @@ void ProgramImporter::scalarNode(const json& n, const json& graph, const std::ve
   addOutputs(id, outputs, name, graph, produced);
 }
 
+void ProgramImporter::normalizeLayerNorms() {
+  // The decomposed IR (after run_decompositions) writes LayerNorm as native_layer_norm -> (out,
+  // mean, rstd). Where mean and rstd are unused it is aten::layer_norm(x, shape, w, b, eps,
+  // cudnn_enable=False) for the analysis (a fold candidate, as in the training IR); where they are
+  // used it stays native_layer_norm (an absorber only).
+  for (NodeId id = 0; id < g_.nodeCount(); ++id) {
+    auto& n = g_.node(id);
+    if (n.kind != "aten::native_layer_norm" || n.outputs.size() != 3 || n.inputs.size() != 5) continue;
+    if (!g_.value(n.outputs[1]).uses.empty() || !g_.value(n.outputs[2]).uses.empty()) continue;
+    n.kind = "aten::layer_norm";
+    g_.addInput(id, constant(ConstantValue{false}, ValueKind::Bool, "bool"));
+  }
+}
+
 void ProgramImporter::run() {
   try {
     const auto& gm = field(archive_.program, "graph_module", "the program");
@@ -270,6 +284,7 @@ void ProgramImporter::run() {
     auto ret = addNode("prim::Return", {}, {}, nullptr);
     g_.setReturnNode(ret);
     for (const auto& out : field(graph, "outputs", "graph_module.graph")) g_.addInput(ret, argumentValue(out, "the program's outputs"));
+    normalizeLayerNorms();
   } catch (const nlohmann::json::exception& e) {
     throw Error("'" + archive_.path + "': models/model.json is malformed (a damaged archive?): " + e.what());
   }

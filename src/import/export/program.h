@@ -49,6 +49,7 @@ class ProgramImporter {
   void opNode(const nlohmann::json& n, const nlohmann::json& graph, const std::vector<std::size_t>& location,
               const std::string& kind, const c10::FunctionSchema* schema);
   void higherOrder(const nlohmann::json& n, const std::string& op, const std::vector<std::size_t>& location);
+  void normalizeLayerNorms();
   void scalarNode(const nlohmann::json& n, const nlohmann::json& graph, const std::vector<std::size_t>& location);
 
   const ExportArchive& archive_;
