@@ -289,6 +289,14 @@ void ProgramImporter::run() {
     throw Error("'" + archive_.path + "': models/model.json is malformed (a damaged archive?): " + e.what());
   }
   inferModulePaths(g_, evidence_);
+  // nn_module_stack names the module each call ran in exactly; the graph pass would name a node
+  // by the parameters it reads, which for a tie is the canonical placeholder's module (the
+  // embedding reading lm_head's weight).
+  for (NodeId id = 0; id < g_.nodeCount(); ++id) {
+    auto& n = g_.node(id);
+    if (evidence_.callSite[id] != kNone && n.kind != "prim::GetAttr" && n.kind != "prim::Constant")
+      n.modulePath = evidence_.callStackPath[id];
+  }
 }
 
 }  // namespace foldnorm::export_detail
