@@ -51,11 +51,40 @@ expect("bench where nothing folds" 2 "nothing to compare" bench ${OUT}/llama.pt 
 expect("bench with one timed round" 2 "error: --reps: at least 2 timed rounds" bench ${OUT}/gpt2.pt --reps 1)
 expect("bench with one warm-up" 2 "error: --warmup: at least 2 warm-up" bench ${OUT}/gpt2.pt --warmup 1)
 
+# .pt2 inputs that are no readable torch.export archive of torch >= 2.9 (zips made here; a
+# truncated real one is tested in tests/test_export_archive.cpp).
+file(WRITE ${OUT}/text.pt2 "hello, not a model\n")
+expect("a .pt2 that is no zip" 2 "not a torch.export archive .*not a zip file" inspect ${OUT}/text.pt2)
+function(zip_folder name)  # zip_folder(NAME file content ...): ${OUT}/NAME.pt2, entries under NAME/
+  set(files "")
+  while(ARGN)
+    list(POP_FRONT ARGN file content)
+    file(WRITE ${OUT}/${name}/${file} "${content}")
+    list(APPEND files ${name}/${file})
+  endwhile()
+  file(WRITE ${OUT}/${name}/.data/version "6\n")  # LibTorch's zip reader wants a format version
+  list(APPEND files ${name}/.data/version)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E tar cf ${name}.pt2 --format=zip ${files} WORKING_DIRECTORY ${OUT})
+  file(REMOVE_RECURSE ${OUT}/${name})
+endfunction()
+zip_folder(plain readme.txt "hello")
+expect("a zip without a program" 2 "not a torch.export archive \\(no models/model.json" analyze ${OUT}/plain.pt2)
+zip_folder(legacy serialized_exported_program.json "{}" version "8.7")
+expect("the pre-2.8 .pt2 layout" 2 "pre-2.8 layout.*re-save it with torch >= 2.9" analyze ${OUT}/legacy.pt2)
+set(config "{\"config\": {}}")
+zip_folder(newer archive_format "pt2" archive_version "0" byteorder "little"
+           models/model.json "{\"graph_module\": {}, \"schema_version\": {\"major\": 9, \"minor\": 0}}"
+           data/weights/model_weights_config.json "${config}" data/constants/model_constants_config.json "${config}")
+expect("a .pt2 schema major too new" 2 "export schema 9.0.*reads schema major 8" inspect ${OUT}/newer.pt2)
+if(RENDER)
+  expect("render of a bad .pt2" 2 "not a torch.export archive" render ${OUT}/text.pt2 -o ${OUT}/x.svg)
+endif()
+
 file(SHA256 ${OUT}/gpt2.pt after)
 if(NOT before STREQUAL after)
   message(SEND_ERROR "the input model changed")
 endif()
-file(GLOB leftovers ${OUT}/*.tmp* ${OUT}/x.jpeg ${OUT}/no ${OUT}/.*.tmp*)
+file(GLOB leftovers ${OUT}/*.tmp* ${OUT}/x.jpeg ${OUT}/x.svg ${OUT}/no ${OUT}/.*.tmp*)
 if(leftovers)
   message(SEND_ERROR "half-written or unexpected outputs left behind: ${leftovers}")
 endif()

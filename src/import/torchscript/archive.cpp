@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/import/export_archive.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "steps.h"
 
@@ -19,6 +20,9 @@ using torchscript::firstLine;
 /// Failures of torch::jit::load, said in the user's terms.
 [[noreturn]] void throwLoadError(const std::string& path, const std::string& archive, const c10::Error& e) {
   std::string msg = e.what_without_backtrace();
+  if (looksLikeExportArchive(archive))
+    throw Error("'" + path + "' is a torch.export archive (.pt2), not a TorchScript module; this step reads "
+                "TorchScript (.pt) only");
   // A readable zip without TorchScript code: a torch.save file (state dict, pickled tensors or a
   // pickled nn.Module), which jit::load reports as a corrupted checkpoint.
   try {

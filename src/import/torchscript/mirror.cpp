@@ -2,6 +2,7 @@
 // and value, constants folded into values and parameter reads resolved through GetAttr chains.
 #include <unordered_map>
 
+#include "foldnorm/torch/ivalue_constant.h"
 #include "steps.h"
 
 namespace foldnorm::torchscript {
@@ -32,18 +33,6 @@ ValueKind kindOf(const c10::TypePtr& type) {
     }
     default: return ValueKind::Other;
   }
-}
-
-std::optional<ConstantValue> constantOf(const c10::IValue& iv) {
-  if (iv.isNone()) return ConstantValue{std::monostate{}};
-  if (iv.isInt()) return ConstantValue{iv.toInt()};
-  if (iv.isDouble()) return ConstantValue{iv.toDouble()};
-  if (iv.isBool()) return ConstantValue{iv.toBool()};
-  if (iv.isString()) return ConstantValue{iv.toStringRef()};
-  if (iv.isIntList()) return ConstantValue{iv.toIntVector()};
-  if (iv.isDoubleList()) return ConstantValue{iv.toDoubleVector()};
-  if (iv.isDevice()) return ConstantValue{iv.toDevice().str()};
-  return std::nullopt;
 }
 
 /// Module path of the module an inlined node came from, from its call stack (Python traces keep
