@@ -15,6 +15,7 @@
 
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
+#include "foldnorm/fold/fold_support.h"
 #include "foldnorm/ops/rms_norm.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
@@ -71,20 +72,6 @@ std::pair<jit::Module, std::string> ownerOf(jit::Module root, const std::string&
   }
 }
 
-at::Tensor centered(const at::Tensor& t, const std::vector<CenterAction>& actions) {
-  at::NoGradGuard noGrad;
-  auto x = t.detach().to(at::kDouble);
-  for (const auto& a : actions) {
-    auto n = x.size(a.axis);
-    if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
-    auto moved = x.movedim(a.axis, -1).contiguous();
-    auto grouped = moved.reshape({-1, a.groups, n / a.groups});
-    grouped = grouped - grouped.mean(-1, /*keepdim=*/true);
-    x = grouped.reshape(moved.sizes()).movedim(-1, a.axis);
-  }
-  return x.to(t.scalar_type()).contiguous();
-}
-
 std::string sanitized(const std::string& path) {
   std::string s = "foldnorm_centered_";
   for (char c : path) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
@@ -108,7 +95,7 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
     const auto& param = g.parameter(plan.param);
     if (param.isConstant) {
       auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
-      auto value = centered(constant->t(c10::attr::value), plan.actions);
+      auto value = centeredCopy(constant->t(c10::attr::value), plan.actions);
       if (plan.untieMode != UntieMode::RedirectReads) {
         constant->t_(c10::attr::value, value);
       } else {
@@ -121,7 +108,7 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
     } else {
       auto [owner, name] = ownerOf(m, param.path);
       auto original = owner.attr(name).toTensor();
-      auto value = centered(original, plan.actions);
+      auto value = centeredCopy(original, plan.actions);
       value.set_requires_grad(original.requires_grad());
       switch (plan.untieMode) {
         case UntieMode::InPlace:
@@ -175,41 +162,6 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
   jit::EliminateDeadCode(graph);
 }
 
-void compare(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
-             const std::string& dtype, std::vector<OutputCheck>& checks) {
-  if (original.size() != folded.size())
-    throw std::logic_error("fold: the folded model returns a different number of outputs");
-  for (std::size_t i = 0; i < original.size(); ++i) {
-    auto a = original[i].detach().to(at::kCPU), b = folded[i].detach().to(at::kCPU);
-    auto it = std::find_if(checks.begin(), checks.end(),
-                           [&](const auto& c) { return c.dtype == dtype && c.output == i; });
-    if (it == checks.end()) {
-      OutputCheck c;
-      c.dtype = dtype;
-      c.output = i;
-      c.shape = formatShape(a.sizes().vec()) + " " + dtypeName(a.scalar_type());
-      checks.push_back(c);
-      it = checks.end() - 1;
-    }
-    if (!a.is_floating_point()) {
-      if (!a.equal(b)) it->maxRel = it->maxAbs = std::numeric_limits<double>::infinity();
-      continue;
-    }
-    auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
-    double maxAbs = (ad - bd).abs().max().item<double>();
-    double scale = ad.abs().max().item<double>();
-    double rel = maxAbs / std::max(scale, std::numeric_limits<double>::min());
-    if (!std::isfinite(maxAbs)) rel = maxAbs = std::numeric_limits<double>::infinity();
-    it->maxAbs = std::max(it->maxAbs, maxAbs);
-    it->maxRel = std::max(it->maxRel, rel);
-    if (a.dim() >= 1 && a.size(-1) > 1 && a.numel() > 0) {
-      it->hasPredictions = true;
-      double agree = (a.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
-      it->argmaxAgreement = std::min(it->argmaxAgreement, agree);
-    }
-  }
-}
-
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
                     const FoldOptions& options) {
@@ -240,7 +192,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
     progress(strf("verifying in the model's dtype: input set %zu/%zu", r + 1, inputSets.size()));
     auto in = retargetInputs(inputSets[r], {std::nullopt, device});
-    compare(runGraph(original32, tm.graph, in), runGraph(folded32, folded32Graph, in), "float32", v.checks);
+    compareOutputs(runGraph(original32, tm.graph, in), runGraph(folded32, folded32Graph, in), "float32", v.checks);
   }
 
   // float64: the plan applied to a float64 copy of the original.
@@ -259,17 +211,9 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
     progress(strf("verifying in float64: input set %zu/%zu", r + 1, inputSets.size()));
     auto in = retargetInputs(inputSets[r], float64);
-    compare(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
+    compareOutputs(runGraph(original64, graph64, in), runGraph(folded64, foldedGraph64, in), "float64", v.checks);
   }
-  for (const auto& c : v.checks) {
-    if (c.dtype == "float64") {
-      v.worstRelative64 = std::max(v.worstRelative64, c.maxRel);
-      if (!(c.maxRel <= options.float64Tolerance)) v.float64Equivalent = false;
-    } else {
-      v.worstRelative32 = std::max(v.worstRelative32, c.maxRel);
-      if (c.hasPredictions && c.argmaxAgreement < 1) v.predictionsUnchanged = false;
-    }
-  }
+  summarizeChecks(v, options.float64Tolerance);
   return v;
 }
 
