@@ -30,7 +30,7 @@
 #include "docs_output.h"
 #include "foldnorm/analysis/timing.h"
 #include "foldnorm/common/error.h"
-#include "foldnorm/import/torchscript.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/zoo/zoo.h"
 
 namespace fs = std::filesystem;
@@ -65,7 +65,7 @@ Row analyse(const std::string& path, const std::string& name, const std::string&
   ImportOptions io;
   io.progress = [&](const std::string& m) { std::cerr << "[" << name << "] " << m << "\n"; };
   auto t0 = std::chrono::steady_clock::now();
-  auto model = importTorchScript(path, io);
+  auto model = importModel(path, io);
   r.importSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto result = analyzeFoldability(model.graph);
   r.timing = timeAnalysis(model.graph, {}, reps);

@@ -11,6 +11,7 @@
 #include "app.h"
 #include "bench_support.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/import/input_spec.h"
 #include "layout_task.h"
 #include "foldnorm/render/render.h"
@@ -53,7 +54,7 @@ void openModel(App& app, const std::string& path, const std::vector<std::string>
     options.inputs = specs;
     options.progress = progress;
     auto t0 = std::chrono::steady_clock::now();
-    model->imported = importTorchScript(path, options);
+    model->imported = importModel(path, options);
     model->importSeconds = secondsSince(t0);
     progress("analysing " + std::to_string(model->imported.graph.nodeCount()) + " nodes");
     t0 = std::chrono::steady_clock::now();

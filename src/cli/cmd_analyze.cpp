@@ -7,7 +7,7 @@
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/analysis/rules.h"
 #include "foldnorm/common/error.h"
-#include "foldnorm/import/torchscript.h"
+#include "foldnorm/import/export.h"
 
 namespace foldnorm::cli {
 
@@ -34,7 +34,7 @@ void setupAnalyze(CLI::App& app, int& exitCode) {
   auto opts = std::make_shared<AnalyzeOptions>();
   auto* cmd = app.add_subcommand("analyze", "Decide which LayerNorms fold into RMSNorm, which "
                                             "parameters to center, and why not");
-  cmd->add_option("model", opts->model, "TorchScript file (.pt) from torch.jit.trace")->required();
+  cmd->add_option("model", opts->model, "TorchScript file (.pt) from torch.jit.trace, or a torch.export.save archive (.pt2)")->required();
   addInputOption(*cmd, opts->inputs);
   cmd->add_flag("--json", opts->json, "Print the documented JSON (schema foldnorm-analysis/1)");
   cmd->add_flag("--no-untie", opts->noUntie,
@@ -45,7 +45,7 @@ void setupAnalyze(CLI::App& app, int& exitCode) {
     ImportOptions io;
     for (const auto& s : opts->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = [](const std::string& m) { std::cerr << "[foldnorm] " << m << "\n"; };
-    auto model = importTorchScript(opts->model, io);
+    auto model = importModel(opts->model, io);
     AnalysisOptions ao;
     ao.allowUntie = !opts->noUntie;
     ao.only = opts->only;

@@ -6,7 +6,7 @@
 
 #include "command.h"
 #include "foldnorm/analysis/timing.h"
-#include "foldnorm/import/torchscript.h"
+#include "foldnorm/import/export.h"
 
 namespace foldnorm::cli {
 namespace {
@@ -37,7 +37,7 @@ void setupBenchAnalysis(CLI::App& app, int& exitCode) {
       ImportOptions io;
       for (const auto& s : opts->inputs) io.inputs.push_back(parseInputSpec(s));
       io.progress = [&](const std::string& m) { std::cerr << "[foldnorm] " << path << ": " << m << "\n"; };
-      auto model = importTorchScript(path, io);
+      auto model = importModel(path, io);
       std::cerr << "[foldnorm] " << path << ": timing the analysis, " << opts->reps << " runs\n";
       auto result = analyzeFoldability(model.graph);
       auto t = timeAnalysis(model.graph, {}, opts->reps);

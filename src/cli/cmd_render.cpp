@@ -8,7 +8,7 @@
 #include "command.h"
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/common/error.h"
-#include "foldnorm/import/torchscript.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/render/render.h"
 
 namespace foldnorm::cli {
@@ -32,7 +32,7 @@ void setupRender(CLI::App& app, int& exitCode) {
   auto opts = std::make_shared<RenderCliOptions>();
   auto* cmd = app.add_subcommand("render", "Draw the graph with the analysis' verdicts (Graphviz): foldable "
                                            "and blocked LayerNorms, leaves, breakers, unsafe consumers");
-  cmd->add_option("model", opts->model, "TorchScript file (.pt) from torch.jit.trace")->required();
+  cmd->add_option("model", opts->model, "TorchScript file (.pt) from torch.jit.trace, or a torch.export.save archive (.pt2)")->required();
   cmd->add_option("-o,--output", opts->output, "Image to write; the format comes from the extension: "
                                                ".svg, .png, .pdf, .dot (.gv)")->required();
   addInputOption(*cmd, opts->inputs);
@@ -63,7 +63,7 @@ void setupRender(CLI::App& app, int& exitCode) {
     ImportOptions io;
     for (const auto& s : opts->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = [](const std::string& m) { std::cerr << "[foldnorm] " << m << "\n"; };
-    auto model = importTorchScript(opts->model, io);
+    auto model = importModel(opts->model, io);
     auto analysis = analyzeFoldability(model.graph);
     double importSeconds = secondsSince(started);
 

@@ -14,6 +14,7 @@
 namespace foldnorm {
 
 struct TorchModel;  // opaque: module, inlined graph, node/value tables (torch/torch_model.h)
+struct ExportModel;  // the .pt2 side of an imported torch.export program (import/export.h)
 
 using ProgressFn = std::function<void(const std::string&)>;
 
@@ -28,7 +29,8 @@ struct ImportedModel {
   Graph graph;
   std::vector<InputSpec> inputSpecs;  // what the shapes were recorded with
   bool specFromModel = false;         // true when they came from the embedded spec
-  std::shared_ptr<TorchModel> torch;
+  std::shared_ptr<TorchModel> torch;       // TorchScript models; null for .pt2
+  std::shared_ptr<ExportModel> exported;   // .pt2 (torch.export) models; null for TorchScript
 };
 
 /// Loads, inlines, validates (no control flow), imports and records shapes.

@@ -1,0 +1,64 @@
+// Importing a torch.export program (.pt2) into a foldnorm::Graph, and the one entry that picks
+// the importer by a file's content. Torch-free: the archive's tensors stay behind ExportArchive
+// (import/export_archive.h, torch-facing).
+//
+// The Graph of a .pt2 has the same shape as a TorchScript one, so the analysis, render and GUI
+// run unchanged:
+//   - node 0 is prim::Param (the user inputs, in the program's order), the last prim::Return
+//     (the program's outputs, mutation outputs first as the signature has them);
+//   - each lifted parameter or buffer placeholder is a prim::GetAttr node (a tensor constant a
+//     prim::Constant node) whose output reads the Parameter named by its FQN;
+//   - each program node becomes a node of kind "ns::op" ("torch.ops.aten.linear.default" ->
+//     "aten::linear") whose inputs follow the op's schema (omitted arguments filled from its
+//     defaults), every constant argument a prim::Constant node, every tensor list a
+//     prim::ListConstruct and a Tensor[] result a prim::ListUnpack, as TorchScript has them;
+//   - in-place ops (add_, masked_fill_) produce a new value that later readers of the mutated
+//     tensor read instead; a write through a view whose base is read later is refused;
+//   - symbolic sizes take their recorded example value (the hint); shapes come from the file
+//     (tensor_values), no recording run;
+//   - higher-order ops that only set a mode (wrap_with_set_grad_enabled, a disabled
+//     wrap_with_autocast) are inlined; any other is refused in one line;
+//   - _assert_* nodes (no outputs, no effect on values) are left out of the Graph.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "foldnorm/import/torchscript.h"
+
+namespace foldnorm {
+
+struct ExportArchive;  // import/export_archive.h
+
+/// The .pt2 side of an imported model: the archive, and how the Graph maps back onto its
+/// program (what the .pt2 fold and the interpreter need).
+struct ExportModel {
+  std::shared_ptr<const ExportArchive> archive;
+  /// Per Graph node: its position in the program, as indices into graph_module.graph.nodes and,
+  /// for a node inlined from a higher-order op, on into that op's subgraph ({hop, i}); empty for
+  /// nodes the importer made (inputs, placeholders, constants, lists, return). Node::origin is the
+  /// first index (kNone when empty).
+  std::vector<std::vector<std::size_t>> nodeLocation;
+  /// Per Graph node: the program node's name ("layer_norm_3"); for a placeholder node its
+  /// placeholder name ("p_ln_weight"); "" for the nodes the importer made.
+  std::vector<std::string> nodeName;
+  /// ParamId i is archive->tensors[i]; per parameter, the placeholders that read it.
+  std::vector<std::vector<std::string>> placeholders;
+};
+
+/// Reads the archive (readExportArchive: one clear line for what is not a readable 2.9+ .pt2)
+/// and imports its program. Input specs come from the archive's example inputs (integers get
+/// the range [min, max + 1) of the example), or from `options.inputs`, which must match the
+/// program's static sizes. Throws foldnorm::Error for every user-caused problem.
+ImportedModel importExport(const std::string& path, const ImportOptions& options = {});
+
+/// The importer for `path` by content: a zip with models/model.json is a torch.export archive
+/// (importExport), anything else is read as TorchScript (importTorchScript, which names what it
+/// found when that fails).
+ImportedModel importModel(const std::string& path, const ImportOptions& options = {});
+
+/// Whether the file at `path` is a torch.export archive (by content; false when unreadable).
+bool isExportFile(const std::string& path);
+
+}  // namespace foldnorm
