@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "export_scalar_ops.h"
 #include "foldnorm/common/error.h"
 
 namespace foldnorm {
@@ -306,6 +307,14 @@ class GraphCompiler {
       auto it = byName.find(a.name());
       if (it != byName.end()) {
         step.args.push_back(source(*it->second, step.description));
+        auto& c = step.args.back().constant;
+        if (a.type()->kind() == c10::TypeKind::TensorType && (c.isInt() || c.isDouble() || c.isBool())) {
+          // A Python number where the schema has a Tensor (x + 1.0): a wrapped number, as eager.
+          auto t = c.isInt() ? at::scalar_tensor(c.toInt(), at::kLong) : c.isDouble() ? at::scalar_tensor(c.toDouble(), at::kDouble)
+                                                                                 : at::scalar_tensor(c.toBool(), at::kBool);
+          t.unsafeGetTensorImpl()->set_wrapped_number(true);
+          c = t;
+        }
         ++used;
         if (a.alias_info() && a.alias_info()->isWrite() && step.args.back().kind == ArgSource::Slot)
           compiled.writtenInputs.insert(step.args.back().slot);
@@ -385,44 +394,6 @@ void bindOutput(const OutBinding& b, const c10::IValue& v, std::vector<c10::IVal
     if (b.listSlots[i] >= 0) env[b.listSlots[i]] = list[i];
 }
 
-// The scalar helpers export keeps for symbolic sizes, on concrete ints/floats/bools.
-c10::IValue scalarOp(const std::string& op, const std::vector<c10::IValue>& a) {
-  auto isInt = [&](std::size_t i) { return a.at(i).isInt() || a.at(i).isBool(); };
-  auto i = [&](std::size_t k) { return a.at(k).isBool() ? int64_t(a.at(k).toBool()) : a.at(k).toInt(); };
-  auto d = [&](std::size_t k) { return a.at(k).isDouble() ? a.at(k).toDouble() : double(i(k)); };
-  bool ints = a.size() >= 1 && isInt(0) && (a.size() < 2 || isInt(1));
-  auto arith = [&](auto fi, auto fd) -> c10::IValue { return ints ? c10::IValue(fi(i(0), i(1))) : c10::IValue(fd(d(0), d(1))); };
-  if (op == "_operator.add") return arith(std::plus<int64_t>(), std::plus<double>());
-  if (op == "_operator.sub") return arith(std::minus<int64_t>(), std::minus<double>());
-  if (op == "_operator.mul") return arith(std::multiplies<int64_t>(), std::multiplies<double>());
-  if (op == "_operator.truediv") return d(0) / d(1);
-  if (op == "_operator.floordiv")
-    return arith([](int64_t x, int64_t y) { int64_t q = x / y; return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q; },
-                 [](double x, double y) { return std::floor(x / y); });
-  if (op == "_operator.mod")
-    return arith([](int64_t x, int64_t y) { int64_t r = x % y; return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r; },
-                 [](double x, double y) { double r = std::fmod(x, y); return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r; });
-  if (op == "_operator.pow") return ints && i(1) >= 0 ? c10::IValue(int64_t(std::llround(std::pow(d(0), d(1))))) : c10::IValue(std::pow(d(0), d(1)));
-  if (op == "_operator.neg") return isInt(0) ? c10::IValue(-i(0)) : c10::IValue(-d(0));
-  if (op == "_operator.pos") return a.at(0);
-  if (op == "_operator.eq") return d(0) == d(1);
-  if (op == "_operator.ne") return d(0) != d(1);
-  if (op == "_operator.lt") return d(0) < d(1);
-  if (op == "_operator.le") return d(0) <= d(1);
-  if (op == "_operator.gt") return d(0) > d(1);
-  if (op == "_operator.ge") return d(0) >= d(1);
-  if (op == "_operator.and_") return bool(i(0) & i(1));
-  if (op == "_operator.or_") return bool(i(0) | i(1));
-  if (op == "torch.sym_not") return !a.at(0).toBool();
-  if (op == "torch.sym_int" || op == "math.trunc") return static_cast<int64_t>(std::trunc(d(0)));
-  if (op == "torch.sym_float") return d(0);
-  if (op == "torch.sym_sqrt") return std::sqrt(d(0));
-  if (op == "torch.sym_max") return arith([](int64_t x, int64_t y) { return std::max(x, y); }, [](double x, double y) { return std::max(x, y); });
-  if (op == "torch.sym_min") return arith([](int64_t x, int64_t y) { return std::min(x, y); }, [](double x, double y) { return std::min(x, y); });
-  if (op == "torch.sym_ite") return a.at(0).toBool() ? a.at(1) : a.at(2);
-  throw Error("the scalar helper " + op + " is not supported by the interpreter");
-}
-
 void flattenInto(const c10::IValue& v, std::vector<at::Tensor>& out) {
   if (v.isTensor()) out.push_back(v.toTensor());
   else if (v.isTensorList() || v.isList())
@@ -461,7 +432,7 @@ std::vector<c10::IValue> execute(const Compiled& c, const std::vector<c10::IValu
           bindOutput(step.outputs.at(0), elems.at(idx), env);
           break;
         }
-        case Step::ScalarOp: bindOutput(step.outputs.at(0), scalarOp(step.scalarOp, stack), env); break;
+        case Step::ScalarOp: bindOutput(step.outputs.at(0), exportScalarOp(step.scalarOp, stack), env); break;
         case Step::SetGradSubgraph: {
           auto results = execute(*step.subgraph, stack);
           if (step.outputs.size() == 1 && step.outputs[0].isList) {
