@@ -1,5 +1,6 @@
-// foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
-//               [--device cpu|cuda] [--no-verify] [--random N] [--json]
+// foldnorm fold MODEL.pt|MODEL.pt2 -o OUT [--input SPEC]... [--no-untie] [--only LN_PATH]...
+//               [--device cpu|cuda] [--no-verify] [--random N] [--json] [--rms-op aten|foldnorm]
+// A .pt2 (torch.export) is folded into a .pt2 (fold/fold_export.h), a TorchScript file into a .pt.
 #include <torch/cuda.h>
 
 #include <cstdio>
@@ -9,12 +10,14 @@
 #include "command.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/fold/fold_export.h"
+#include "foldnorm/import/export.h"
 
 namespace foldnorm::cli {
 namespace {
 
 struct FoldCliOptions {
-  std::string model, out, device = "cpu";
+  std::string model, out, device = "cpu", rmsOp = "aten";
   std::vector<std::string> inputs, only;
   bool noUntie = false, noVerify = false, json = false;
   int random = 3;
@@ -24,7 +27,8 @@ void setup(CLI::App& app, int& exitCode) {
   auto o = std::make_shared<FoldCliOptions>();
   auto* cmd = app.add_subcommand("fold", "Center the planned leaves, replace foldable LayerNorms by "
                                          "foldnorm::rms_norm, verify (float32 and float64) and save");
-  cmd->add_option("model", o->model, "TorchScript file (.pt) from torch.jit.trace")->required();
+  cmd->add_option("model", o->model, "TorchScript file (.pt) from torch.jit.trace, or torch.export archive (.pt2)")
+      ->required();
   cmd->add_option("-o,--output", o->out, "Where to write the folded model (never the input)")->required();
   addInputOption(*cmd, o->inputs);
   cmd->add_flag("--no-untie", o->noUntie, "Never copy a tied/shared parameter (LNs needing one stay LayerNorm)");
@@ -34,6 +38,9 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_option("--random", o->random, "Random input sets drawn from the spec, besides the example")
       ->check(CLI::Range(0, 100));
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
+  cmd->add_option("--rms-op", o->rmsOp, "For a .pt2: what a folded LayerNorm becomes: aten (aten.rms_norm + bias add; "
+                                        "loads with torch alone) or foldnorm (foldnorm::rms_norm; load libfoldnorm_ops first)")
+      ->check(CLI::IsMember({"aten", "foldnorm"}));
   cmd->callback([o, &exitCode] {
     checkOutputPath(o->model, o->out);
     // Before the import (seconds on a large model), and in the option's own spelling.
@@ -43,7 +50,7 @@ void setup(CLI::App& app, int& exitCode) {
     ImportOptions io;
     for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = progress;
-    auto model = importTorchScript(o->model, io);
+    auto model = importModel(o->model, io);
     AnalysisOptions ao;
     ao.allowUntie = !o->noUntie;
     ao.only = o->only;
@@ -53,10 +60,14 @@ void setup(CLI::App& app, int& exitCode) {
     fo.randomInputs = o->random;
     fo.device = o->device;
     fo.progress = progress;
-    auto folded = foldModel(model, analysis, fo);
-    const auto& v = folded.report.verification;
-    if (o->json) std::cout << toJson(folded.report).dump(2) << "\n";
-    else std::cout << toText(folded.report);
+    FoldedModel folded;
+    FoldedExport foldedExport;
+    if (model.exported) foldedExport = foldExport(model, analysis, fo, exportRmsOpFromName(o->rmsOp));
+    else folded = foldModel(model, analysis, fo);
+    const auto& report = model.exported ? foldedExport.report : folded.report;
+    const auto& v = report.verification;
+    if (o->json) std::cout << toJson(report).dump(2) << "\n";
+    else std::cout << toText(report);
     if (v.ran && !v.float64Equivalent) {
       for (const auto& c : v.checks)
         if (c.dtype == "float64" && !(c.maxRel <= fo.float64Tolerance))
@@ -65,7 +76,8 @@ void setup(CLI::App& app, int& exitCode) {
       exitCode = 3;
       return;
     }
-    saveFolded(folded, model, o->out);
+    if (model.exported) saveFoldedExport(foldedExport, model, o->out);
+    else saveFolded(folded, model, o->out);
     std::cerr << "[foldnorm] wrote " << o->out << "\n";
     exitCode = 0;
   });

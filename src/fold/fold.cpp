@@ -132,22 +132,13 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
         }
       }
     }
-    if (report) {
-      report->centered.push_back(param.path);
-      if (plan.untie) {
-        report->untied.push_back(param.path);
-        report->untieBytes += plan.untieBytes;
-      }
-    }
+    if (report) reportCentered(*report, param.path, plan);
   }
 
   const auto rmsKind = c10::Symbol::fromQualString(ops::kRmsNormOp);
   for (const auto& verdict : analysis.layerNorms) {
     if (!verdict.foldable) {
-      if (report) {
-        report->kept.push_back(verdict.info.modulePath);
-        report->keptReasons.push_back(verdict.explanation);
-      }
+      if (report) reportKept(*report, verdict);
       continue;
     }
     auto* ln = tables.nodes.at(g.node(verdict.info.node).origin);

@@ -26,6 +26,19 @@ at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& ac
   return x.to(t.scalar_type()).contiguous();
 }
 
+void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan) {
+  report.centered.push_back(path);
+  if (plan.untie) {
+    report.untied.push_back(path);
+    report.untieBytes += plan.untieBytes;
+  }
+}
+
+void reportKept(FoldReport& report, const LayerNormVerdict& verdict) {
+  report.kept.push_back(verdict.info.modulePath);
+  report.keptReasons.push_back(verdict.explanation);
+}
+
 void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
                     const std::string& dtype, std::vector<OutputCheck>& checks) {
   if (original.size() != folded.size())

@@ -16,6 +16,12 @@ namespace foldnorm {
 /// equal groups), computed in float64 and returned in t's dtype, contiguous.
 at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions);
 
+/// Records a centered parameter (and its untie, with the bytes copied) in `report`.
+void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan);
+
+/// Records a LayerNorm the fold leaves as it is, with the analysis' one-line reason.
+void reportKept(FoldReport& report, const LayerNormVerdict& verdict);
+
 /// Folds one run's outputs into `checks` (one OutputCheck per dtype and output index; maxima
 /// over runs). Throws std::logic_error when the output counts differ.
 void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
