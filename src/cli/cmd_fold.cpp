@@ -1,6 +1,7 @@
-// foldnorm fold MODEL.pt -o OUT.pt [--input SPEC]... [--no-untie] [--only LN_PATH]...
+// foldnorm fold MODEL.pt|MODEL.pt2 -o OUT [--input SPEC]... [--no-untie] [--only LN_PATH]...
 //               [--no-scale-absorb] [--no-insert-centering] [--rms-op foldnorm|aten]
 //               [--device cpu|cuda] [--no-verify] [--random N] [--no-fuse] [--json]
+// A .pt2 (torch.export) is folded into a .pt2 (fold/fold_export.h), a TorchScript file into a .pt.
 #include <torch/cuda.h>
 
 #include <cstdio>
@@ -10,13 +11,15 @@
 #include "command.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/fold/fold_export.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::cli {
 namespace {
 
 struct FoldCliOptions {
-  std::string model, out, device = "cpu", rmsOp = "foldnorm";
+  std::string model, out, device = "cpu", rmsOp;  // empty: foldnorm for a .pt, aten (portable) for a .pt2
   std::vector<std::string> inputs, only;
   bool noUntie = false, noVerify = false, noFuse = false, json = false, noScaleAbsorb = false,
        noInsertCentering = false;
@@ -41,8 +44,8 @@ void setup(CLI::App& app, int& exitCode) {
                 "Keep each residual add separate from the folded norm (no foldnorm::add_rms_norm)");
   cmd->add_option("--rms-op", o->rmsOp, "foldnorm: our fused op (fast; loading the model needs "
                                        "libfoldnorm_ops.so); aten: aten::rms_norm plus a bias add "
-                                       "(runs in plain PyTorch)")
-      ->check(CLI::IsMember({"foldnorm", "aten"}))->capture_default_str();
+                                       "(runs in plain PyTorch). Default: foldnorm for a .pt, aten for a .pt2")
+      ->check(CLI::IsMember({"foldnorm", "aten"}));
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
   cmd->callback([o, &exitCode] {
     checkOutputPath(o->model, o->out);
@@ -53,27 +56,38 @@ void setup(CLI::App& app, int& exitCode) {
     ImportOptions io;
     for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = progress;
-    auto model = importTorchScript(o->model, io);
+    auto model = importModel(o->model, io);
     // The fold clones the loaded module; the file's bytes kept for fresh copies (as many again
     // as the model) are not needed past the import.
-    model.torch->archive.reset();
+    if (model.torch) model.torch->archive.reset();
     AnalysisOptions ao;
     ao.allowUntie = !o->noUntie;
     ao.only = o->only;
     ao.scaleAbsorb = !o->noScaleAbsorb;
     ao.insertCentering = !o->noInsertCentering;
+    if (model.exported && (ao.scaleAbsorb || ao.insertCentering)) {
+      // The .pt2 writer executes the paper's centering and untie only (fold_export.cpp).
+      ao.scaleAbsorb = ao.insertCentering = false;
+      std::cerr << "[foldnorm] .pt2: folding under the paper's rules (scale absorption and inserted "
+                   "centerings are folded for TorchScript files only)\n";
+    }
     auto analysis = analyzeWithOnlyOption(model.graph, ao);
     FoldOptions fo;
     fo.verify = !o->noVerify;
     fo.randomInputs = o->random;
     fo.device = o->device;
     fo.fuseAddNorm = !o->noFuse;
-    fo.rmsOp = o->rmsOp == "aten" ? RmsOp::Aten : RmsOp::Foldnorm;
+    const std::string rmsOp = o->rmsOp.empty() ? (model.exported ? "aten" : "foldnorm") : o->rmsOp;
+    fo.rmsOp = rmsOp == "aten" ? RmsOp::Aten : RmsOp::Foldnorm;
     fo.progress = progress;
-    auto folded = foldModel(model, analysis, fo);
-    const auto& v = folded.report.verification;
-    if (o->json) std::cout << toJson(folded.report).dump(2) << "\n";
-    else std::cout << toText(folded.report);
+    FoldedModel folded;
+    FoldedExport foldedExport;
+    if (model.exported) foldedExport = foldExport(model, analysis, fo, exportRmsOpFromName(rmsOp));
+    else folded = foldModel(model, analysis, fo);
+    const auto& report = model.exported ? foldedExport.report : folded.report;
+    const auto& v = report.verification;
+    if (o->json) std::cout << toJson(report).dump(2) << "\n";
+    else std::cout << toText(report);
     if (v.ran && !v.passed()) {
       for (const auto& c : v.checks) {
         if (c.dtype == "float64" && !(c.maxRel <= fo.float64Tolerance))
@@ -87,7 +101,8 @@ void setup(CLI::App& app, int& exitCode) {
       exitCode = 3;
       return;
     }
-    saveFolded(folded, model, o->out);
+    if (model.exported) saveFoldedExport(foldedExport, model, o->out);
+    else saveFolded(folded, model, o->out);
     std::cerr << "[foldnorm] wrote " << o->out << "\n";
     exitCode = 0;
   });

@@ -18,6 +18,8 @@ using fold_detail::strf;
 namespace jit = torch::jit;
 
 FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
+  if (!model.torch)
+    throw Error("'" + model.path + "' is a torch.export archive (.pt2): it is folded by foldExport (fold_export.h)");
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   progress("copying the model");
   // A clone with its own types and objects that shares every tensor with the original except

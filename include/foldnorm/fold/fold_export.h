@@ -1,0 +1,62 @@
+// The fold for torch.export programs (.pt2): the same plan the TorchScript fold executes, applied
+// to the archive's program JSON and its tensors, written back as an archive torch.export.load
+// accepts.
+//
+//   Before (program JSON)                         After
+//   linear(x, p_fc_weight, p_fc_bias)             linear(x, p_fc_weight, p_fc_bias)  (centered data)
+//   layer_norm(h, [C], p_w, p_b, eps)             rms_norm(h, [C], p_w, eps) -> add.Tensor(., p_b)
+//                                                 or foldnorm::rms_norm(h, [C], p_w, p_b, eps)
+//
+// Centering is done in float64 and cast back (ParameterPlan's actions, in order). Ties, as the
+// plan says: in place (every name of the storage is centered), own name (this FQN gets its own
+// storage), or redirected reads (a new parameter `foldnorm_centered_<fqn>` with its own placeholder
+// and signature entry; the covered reads use it). A native_layer_norm is replaced only when its
+// mean and rstd outputs have no users. Every new value gets a tensor_values entry, every name is
+// unique, outputs and every untouched field stay as read.
+//
+// Verification runs original and folded programs through the interpreter (torch/
+// export_interpreter.h) on the example inputs and random inputs from the spec, in float32 and on
+// float64 copies (the plan applied to float64 state, nothing rounded to float32), with the
+// FoldReport/Verification of the TorchScript fold.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "foldnorm/fold/fold.h"
+
+namespace foldnorm {
+
+/// What a foldable LayerNorm becomes in the program.
+enum class ExportRmsOp {
+  Aten,      // aten.rms_norm.default (+ aten.add.Tensor for a bias): loads with torch alone
+  Foldnorm,  // foldnorm::rms_norm: torch.export.load needs libfoldnorm_ops loaded first
+};
+
+/// ExportRmsOp from its setting name ("aten" | "foldnorm"); SettingError("rms_op") otherwise.
+ExportRmsOp exportRmsOpFromName(const std::string& name);
+
+struct FoldedExport {
+  nlohmann::json program;                    // the edited ExportedProgram
+  std::map<std::string, at::Tensor> state;   // every weight and constant by name, after the fold
+  std::map<std::string, std::string> added;  // names the fold added -> parameter | buffer | constant
+  FoldReport report;
+};
+
+/// Applies `analysis` (made on `model.graph`, a model importExport read) to copies of the
+/// archive's program and tensors; `model` is not modified. Verifies unless options.verify is
+/// false. Throws std::logic_error when `model` is not a .pt2 import.
+FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options = {},
+                        ExportRmsOp rmsOp = ExportRmsOp::Aten);
+
+/// Writes the folded archive to `outPath` atomically (a temporary file in the output's
+/// directory, then a rename): every record of `original` that the fold did not change is copied
+/// byte for byte; changed tensors get new storage records and config entries. The fold report
+/// is stored as extra/foldnorm_fold_report.json. Throws foldnorm::Error when `outPath` is the
+/// input or cannot be written.
+void saveFoldedExport(const FoldedExport& folded, const ImportedModel& original, const std::string& outPath);
+
+}  // namespace foldnorm

@@ -1,0 +1,34 @@
+// What the TorchScript fold and the torch.export (.pt2) fold share: centering a tensor as a
+// ParameterPlan says, and comparing original and folded outputs into the same report structs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "foldnorm/analysis/analysis.h"
+#include "foldnorm/fold/fold.h"
+
+namespace foldnorm {
+
+/// `t` centered by `actions` in order (each: subtract the mean along `axis`, within `groups`
+/// equal groups), computed in float64 and returned in t's dtype, contiguous.
+at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions);
+
+/// Records a centered parameter (and its untie, with the bytes copied) in `report`.
+void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan);
+
+/// Records a LayerNorm the fold leaves as it is, with the analysis' one-line reason.
+void reportKept(FoldReport& report, const LayerNormVerdict& verdict);
+
+/// Folds one run's outputs into `checks` (one OutputCheck per dtype and output index; maxima
+/// over runs). Throws std::logic_error when the output counts differ.
+void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
+                    const std::string& dtype, std::vector<OutputCheck>& checks);
+
+/// Sets the verdicts of `v` from its checks: float64 within `float64Tolerance`, worst errors,
+/// predictions unchanged in the model's dtype.
+void summarizeChecks(Verification& v, double float64Tolerance);
+
+}  // namespace foldnorm

@@ -1,0 +1,94 @@
+// What the TorchScript and the .pt2 fold share (see fold/fold_support.h).
+#include "foldnorm/fold/fold_support.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "foldnorm/common/error.h"
+#include "foldnorm/torch/torch_model.h"
+
+namespace foldnorm {
+
+at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions) {
+  at::NoGradGuard noGrad;
+  auto x = t.detach().to(at::kDouble);
+  for (const auto& a : actions) {
+    // A scaled centering (method.md section 7) needs the scale's values: only the TorchScript
+    // fold (apply_plan.cpp) executes it, and the .pt2 fold is analysed without it.
+    if (a.scale != kNone)
+      throw Error("this fold does not execute scaled centerings (scale absorption): analyse without it");
+    auto n = x.size(a.axis);
+    if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
+    auto moved = x.movedim(a.axis, -1).contiguous();
+    auto grouped = moved.reshape({-1, a.groups, n / a.groups});
+    grouped = grouped - grouped.mean(-1, /*keepdim=*/true);
+    x = grouped.reshape(moved.sizes()).movedim(-1, a.axis);
+  }
+  return x.to(t.scalar_type()).contiguous();
+}
+
+void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan) {
+  report.centered.push_back(path);
+  if (plan.untie) {
+    report.untied.push_back(path);
+    report.untieBytes += plan.untieBytes;
+  }
+}
+
+void reportKept(FoldReport& report, const LayerNormVerdict& verdict) {
+  report.kept.push_back(verdict.info.modulePath);
+  report.keptReasons.push_back(verdict.explanation);
+}
+
+void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
+                    const std::string& dtype, std::vector<OutputCheck>& checks) {
+  if (original.size() != folded.size())
+    throw std::logic_error("fold: the folded model returns a different number of outputs");
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    auto a = original[i].detach().to(at::kCPU), b = folded[i].detach().to(at::kCPU);
+    auto it = std::find_if(checks.begin(), checks.end(),
+                           [&](const auto& c) { return c.dtype == dtype && c.output == i; });
+    if (it == checks.end()) {
+      OutputCheck c;
+      c.dtype = dtype;
+      c.output = i;
+      c.shape = formatShape(a.sizes().vec()) + " " + dtypeName(a.scalar_type());
+      checks.push_back(c);
+      it = checks.end() - 1;
+    }
+    if (!a.is_floating_point()) {
+      if (!a.equal(b)) it->maxRel = it->maxAbs = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
+    double maxAbs = (ad - bd).abs().max().item<double>();
+    double scale = ad.abs().max().item<double>();
+    double rel = maxAbs / std::max(scale, std::numeric_limits<double>::min());
+    if (!std::isfinite(maxAbs)) rel = maxAbs = std::numeric_limits<double>::infinity();
+    it->maxAbs = std::max(it->maxAbs, maxAbs);
+    it->maxRel = std::max(it->maxRel, rel);
+    if (a.dim() >= 1 && a.size(-1) > 1 && a.numel() > 0) {
+      it->hasPredictions = true;
+      double agree = (a.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
+      it->argmaxAgreement = std::min(it->argmaxAgreement, agree);
+    }
+  }
+}
+
+void summarizeChecks(Verification& v, double float64Tolerance) {
+  for (const auto& c : v.checks) {
+    if (c.dtype == "float64") {
+      v.worstRelative64 = std::max(v.worstRelative64, c.maxRel);
+      if (!(c.maxRel <= float64Tolerance)) v.float64Equivalent = false;
+    } else {
+      v.worstRelative32 = std::max(v.worstRelative32, c.maxRel);
+      if (c.hasPredictions && c.argmaxAgreement < 1) v.predictionsUnchanged = false;
+    }
+  }
+}
+
+}  // namespace foldnorm

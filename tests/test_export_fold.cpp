@@ -1,0 +1,79 @@
+// The .pt2 fold in C++: the fixture programs of tests/fixtures/export_fold_models.py folded
+// (both forms of the RMSNorm), verified in float64 by the interpreter, written atomically and
+// read back as written. tests/python/check_export_fold.py loads the results in Python.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "export_fold_fixtures.h"
+#include "foldnorm/common/error.h"
+#include "foldnorm/fold/fold_export.h"
+#include "foldnorm/import/export.h"
+#include "foldnorm/import/export_archive.h"
+#include "foldnorm/torch/export_interpreter.h"
+#include "skip.h"
+
+using namespace foldnorm;
+using namespace foldnorm::test;
+
+TEST_CASE("a folded .pt2 is equivalent in float64 and reads back as written", "[python][export]") {
+  auto dir = exportFixtures();
+  if (dir.empty()) return skipTest("no Python here to export the fixtures with");
+  ScratchDir out("foldnorm-export-fold");
+  for (const auto& name : kExportPrograms) {
+    for (auto op : {ExportRmsOp::Aten, ExportRmsOp::Foldnorm}) {
+      INFO(name << (op == ExportRmsOp::Aten ? " (aten.rms_norm)" : " (foldnorm::rms_norm)"));
+      auto model = importExport(dir + "/" + name + ".pt2");
+      auto analysis = analyzeFoldability(model.graph);
+      FoldOptions options;
+      options.randomInputs = 2;
+      auto folded = foldExport(model, analysis, options, op);
+      const auto& v = folded.report.verification;
+      REQUIRE(v.ran);
+      CHECK(v.float64Equivalent);
+      CHECK(v.worstRelative64 <= 1e-9);
+      CHECK(v.worstRelative32 <= 1e-4);
+      CHECK(folded.report.folded.size() == analysis.foldableCount());
+      // The fold changed something real: every fixture has a foldable LayerNorm.
+      CHECK(analysis.foldableCount() > 0);
+      auto path = (out.path / (name + (op == ExportRmsOp::Aten ? "-aten" : "-op") + ".pt2")).string();
+      saveFoldedExport(folded, model, path);
+      auto back = readExportArchive(path);
+      CHECK(back.program == folded.program);
+      std::size_t lns = 0, rms = 0;
+      for (const auto& n : back.program["graph_module"]["graph"]["nodes"]) {
+        auto t = n["target"].get<std::string>();
+        lns += t.find("layer_norm") != std::string::npos;
+        rms += t.find("rms_norm") != std::string::npos;
+      }
+      CHECK(rms == analysis.foldableCount());
+      CHECK(lns == analysis.layerNorms.size() - analysis.foldableCount());
+      for (const auto& [fqn, t] : folded.state) {
+        auto* entry = back.find(fqn);
+        REQUIRE(entry != nullptr);
+        CHECK(entry->tensor.equal(t));
+      }
+      // The written program runs in C++ and gives the folded outputs.
+      ExportInterpreter reread(back.program, stateOf(back));
+      ExportInterpreter original(model.exported->archive->program, stateOf(*model.exported->archive));
+      auto ref = readReference(dir + "/" + name + ".ref.pt");
+      auto a = reread.run(ref.inputs[1]), b = original.run(ref.inputs[1]);
+      REQUIRE(a.size() == b.size());
+      for (std::size_t i = 0; i < a.size(); ++i)
+        if (b[i].is_floating_point()) CHECK(relativeError(a[i], b[i]) <= 1e-4);
+    }
+  }
+}
+
+TEST_CASE("a .pt2 fold never writes over its input", "[python][export]") {
+  auto dir = exportFixtures();
+  if (dir.empty()) return skipTest("no Python here to export the fixtures with");
+  auto path = dir + "/tied_lm.pt2";
+  auto model = importExport(path);
+  auto analysis = analyzeFoldability(model.graph);
+  FoldOptions options;
+  options.verify = false;
+  auto folded = foldExport(model, analysis, options);
+  auto size = std::filesystem::file_size(path);
+  CHECK_THROWS_WITH(saveFoldedExport(folded, model, path), Catch::Contains("refusing to overwrite"));
+  CHECK(std::filesystem::file_size(path) == size);
+}
