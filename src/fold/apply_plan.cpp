@@ -157,8 +157,12 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
 /// this project's loaded CPU (fp32 [2048, 768], one thread, best of 200 interleaved) it took
 /// 1.19x a plain copy of the tensor, the least any op of ours could cost, and 0.25x one
 /// aten::layer_norm (docs/design.md, "Beyond the paper"; an indication, not a benchmark).
+/// The inserted nodes carry a source range in a file named kInsertedCenteringSource, so the saved
+/// model says where they came from (its code and our importer's source locations show it).
 void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables, const ImportedModel& model,
                       const AnalysisResult& analysis, FoldReport* report) {
+  static const std::string kText = "x - x.mean(axes, keepdim=True)  # inserted by foldnorm (method.md section 8)";
+  const jit::SourceRange range(std::make_shared<jit::Source>(kText, kInsertedCenteringSource, 1), 0, kText.size());
   for (const auto& ic : analysis.insertions) {
     if (!ic.inserted) continue;
     auto* v = tables.values.at(ic.value);
@@ -168,6 +172,8 @@ void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTable
     std::vector<int64_t> dims = ic.axes.axes();
     auto* mean = graph->insert(c10::aten::mean, {v, dims, true});
     auto* sub = graph->insert(c10::aten::sub, {v, mean});
+    mean->node()->setSourceRange(range);
+    sub->node()->setSourceRange(range);
     v->replaceAllUsesAfterNodeWith(sub->node(), sub);
     if (report) report->inserted.push_back(describeInsertion(model.graph, ic));
   }

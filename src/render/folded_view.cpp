@@ -6,9 +6,14 @@ const std::vector<FoldedMarkKind>& foldedMarkKinds() {
   // kind, op, role, line, counts as folded, counts as an LN
   static const std::vector<FoldedMarkKind> kinds = {
       {"folded", "foldnorm::rms_norm", NodeRole::FoldableLayerNorm, "RMSNorm (folded)", true, true},
+      {"fused", "foldnorm::add_rms_norm", NodeRole::FoldableLayerNorm, "add + RMSNorm (folded, fused)", true, true},
+      {"portable", "aten::rms_norm", NodeRole::FoldableLayerNorm, "aten::rms_norm (folded)", true, true},
       {"kept", "aten::layer_norm", NodeRole::BlockedLayerNorm, "LayerNorm (kept)", false, true},
+      {"scaled", nullptr, NodeRole::AbsorbedScale, "centered, scale absorbed", false, false},
       {"centered", nullptr, NodeRole::Leaf, "centered", false, false},
       {"untied", nullptr, NodeRole::Leaf, "centered copy (untied)", false, false},
+      {"inserted", "aten::sub", NodeRole::InsertedCentering, "x - mean(x) (inserted centering)", false, false,
+       kInsertedCenteringSource},
   };
   return kinds;
 }
@@ -22,7 +27,7 @@ bool isPrefixOf(const std::string& prefix, const std::string& path) {
 
 bool matches(const FoldedMarkKind& k, const Graph& g, NodeId id, const FoldedMarks& marks) {
   const Node& node = g.node(id);
-  if (k.op) return node.kind == k.op;
+  if (k.op) return node.kind == k.op && (!k.source || node.sourceLocation.rfind(k.source, 0) == 0);
   auto it = marks.parameters.find(k.kind);
   if (it == marks.parameters.end() || it->second.empty()) return false;
   for (ValueId v : node.inputs) {
@@ -38,9 +43,12 @@ FoldedMarks foldedMarksFor(const Graph& original, const AnalysisResult& analysis
   FoldedMarks marks;
   auto& centered = marks.parameters["centered"];
   auto& untied = marks.parameters["untied"];
+  auto& scaled = marks.parameters["scaled"];
   for (const ParameterPlan& p : analysis.plan) {
     if (p.param == kNone) continue;
     const Parameter& param = original.parameter(p.param);
+    for (const CenterAction& a : p.actions)
+      if (a.scale != kNone) scaled.insert(param.path);
     switch (p.untieMode) {
       case UntieMode::InPlace:
         for (const Parameter& other : original.parameters()) {
@@ -92,7 +100,8 @@ std::map<std::string, int> markFoldedScene(Scene& scene, const Graph& g, const F
                  " norms folded)";
     }
   }
-  scene.title = "folded: " + std::to_string(counts["folded"]) + " RMSNorm, " +
+  scene.title = "folded: " + std::to_string(counts["folded"] + counts["fused"] + counts["portable"]) + " RMSNorm" +
+                (counts["fused"] ? " (" + std::to_string(counts["fused"]) + " fused with their add)" : "") + ", " +
                 std::to_string(counts["kept"]) + " LayerNorm kept, " + std::to_string(counts["centered"]) +
                 " ops read centered parameters";
   return counts;

@@ -169,4 +169,9 @@ std::string describeLeaf(const Graph& graph, const Leaf& leaf);
 /// mean subtractions", or why none was inserted there.
 std::string describeInsertion(const Graph& graph, const InsertedCentering& insertion);
 
+/// The file name of the source range the fold gives an inserted centering's nodes (aten::mean,
+/// aten::sub), so a re-imported folded model shows them at "foldnorm_inserted_centering:1" and
+/// the folded view can mark them.
+inline constexpr const char* kInsertedCenteringSource = "foldnorm_inserted_centering";
+
 }  // namespace foldnorm

@@ -3,7 +3,8 @@
 // LayerNorms, and the ops that read a parameter the plan changed (centered, untied).
 //
 // Every kind of mark is one row of foldedMarkKinds(): a plan entry kind the fold reports (a list
-// of parameter paths, or an op the fold inserts) with the role and label line it gets. A new plan
+// of parameter paths, or an op the fold inserts) with the role and label line it gets (fused
+// add + RMSNorm, aten::rms_norm and scale-absorbing centerings included). A new plan
 // entry kind (an absorbed scale, an inserted centering) is one more row, plus the list it is
 // matched against in FoldedMarks. Torch-free, like the rest of render.
 #pragma once
@@ -26,6 +27,7 @@ struct FoldedMarkKind {
   const char* line;        // label line added to the op ("centered", "RMSNorm (folded)")
   bool countsAsFolded;     // for the block summaries: a folded LN (true) or a kept one
   bool countsAsLayerNorm;  // counted in the summaries at all
+  const char* source = nullptr;  // with `op`: only nodes whose source location starts with this
 };
 
 /// The rows, in order of strength (a node matching several keeps the first role, all lines).
