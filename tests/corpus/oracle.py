@@ -165,6 +165,12 @@ class InsertedCenterings:
         self._handles = []
         self._wrapped: Dict[str, object] = {}
 
+    _WHOLE_MODULE_OPS = {
+        "aten::batch_norm": (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d),
+        "aten::max_pool2d": (nn.MaxPool2d,),
+        "aten::avg_pool2d": (nn.AvgPool2d,),
+    }
+
     def _hook_module(self, node: dict, dims) -> bool:
         name = node.get("module", "")
         try:
@@ -172,7 +178,11 @@ class InsertedCenterings:
         except AttributeError:
             return False
         kind = type(module).__name__
-        if not (("Norm" in kind and node["op"] == "aten::layer_norm") or (kind == "GELU" and node["op"] == "aten::gelu")):
+        # A module whose whole forward is that one op, so its output is the value: exact torch.nn
+        # classes only (a subclass such as timm's BatchNormAct2d adds ops after it).
+        whole = type(module) in self._WHOLE_MODULE_OPS.get(node["op"], ())
+        if not (("Norm" in kind and node["op"] == "aten::layer_norm") or (kind == "GELU" and node["op"] == "aten::gelu")
+                or whole):
             return False
         self._handles.append(module.register_forward_hook(
             lambda mod, args, out, dims=dims: out - out.mean(dim=dims, keepdim=True)))
