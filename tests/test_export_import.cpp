@@ -138,7 +138,7 @@ TEST_CASE("a .pt2 imports with shapes from the file, parameters by FQN, ties by 
   CHECK(result.layerNorms[0].foldable);
 }
 
-TEST_CASE("inspect shows the export's versions; bad .pt2 input is one clear line", "[export]") {
+TEST_CASE("inspect shows the export's versions, and bad .pt2 input is one clear line", "[export]") {
   if (!haveFixture("tied.pt2")) return test::skipTest("no export fixtures (ctest fixture make_export_models)");
   const auto model = importModel(fixturePath("tied.pt2"));
   const auto& a = *model.exported->archive;

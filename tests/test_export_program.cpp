@@ -133,7 +133,7 @@ TEST_CASE("an op LibTorch does not know is kept by name and breaks, as in TorchS
   CHECK(model.graph.node(result.layerNorms[0].breaker).kind == "nowhere::mystery");
 }
 
-TEST_CASE("in-place ops: later reads of the mutated tensor see the result; writes through views are refused") {
+TEST_CASE("in-place ops: later reads of the mutated tensor see the result, and writes through views are refused") {
   test::ScratchDir dir;
   // y = x.clone(); y.add_(x); ln(y): the LN reads add_'s result, not the clone.
   json inPlace = {node("clone", "torch.ops.aten.clone.default", {named("self", tensorArg("x"))}, {"clone"}),

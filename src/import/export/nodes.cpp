@@ -8,6 +8,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
+#include "foldnorm/torch/ivalue_constant.h"
 #include "program.h"
 
 namespace foldnorm::export_detail {
@@ -47,14 +48,10 @@ void ProgramImporter::placeholders(const json& gm) {
     }
   std::map<std::string, ParamId> byName;
   for (const auto& t : archive_.tensors) {
-    Parameter p;
-    p.path = t.name;
+    Parameter p = describeTensor(t.name, t.tensor);
     const auto use = usedAs.count(t.name) ? usedAs[t.name] : std::string(t.isParameter ? "parameter" : "buffer");
     p.isConstant = use == "tensor_constant";
     p.isBuffer = use == "buffer";
-    p.shape = t.tensor.sizes().vec();
-    p.dtype = dtypeName(t.tensor.scalar_type());
-    p.bytes = static_cast<int64_t>(t.tensor.numel() * t.tensor.element_size());
     byName[t.name] = g_.addParameter(std::move(p));
   }
   model_.placeholders.assign(archive_.tensors.size(), {});

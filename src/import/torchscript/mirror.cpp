@@ -72,19 +72,6 @@ void collectTensorAttributes(const jit::Module& module, const std::string& prefi
   }
 }
 
-Parameter describeTensor(std::string path, const at::Tensor& t) {
-  Parameter param;
-  param.path = std::move(path);
-  param.shape = t.sizes().vec();
-  param.dtype = dtypeName(t.scalar_type());
-  param.bytes = static_cast<int64_t>(t.numel() * t.element_size());
-  if (t.is_floating_point() && t.numel() > 0 && t.numel() <= Parameter::kValueRangeElements) {
-    auto a = t.detach().abs().to(at::kDouble);
-    param.absMin = a.min().item<double>();
-    param.absMax = a.max().item<double>();
-  }
-  return param;
-}
 
 /// Lists of constants (shapes, dims) become constants themselves.
 void foldConstantList(Graph& g, Node& n) {
