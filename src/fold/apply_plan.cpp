@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "foldnorm/fold/fold_support.h"
 #include "fold_internal.h"
 
 namespace foldnorm::fold_detail {
@@ -50,33 +51,6 @@ std::pair<jit::Module, std::string> ownerOf(jit::Module root, const std::string&
   }
 }
 
-/// The scale of a scaled centering as a float64 vector of the axis' length. Scales are never
-/// centered themselves (the analysis refuses that), so this is the model's own value.
-using ScaleLookup = std::function<at::Tensor(ParamId)>;
-
-at::Tensor centered(const at::Tensor& t, const std::vector<CenterAction>& actions, const ScaleLookup& scaleOf) {
-  at::NoGradGuard noGrad;
-  auto x = t.detach().to(at::kDouble);
-  for (const auto& a : actions) {
-    auto n = x.size(a.axis);
-    if (a.scale != kNone) {
-      // x[c] -= mean_k(s_k x[k]) / s_c along the axis: s * x becomes mean-zero (method.md §7).
-      auto s = scaleOf(a.scale).to(at::kDouble).reshape({-1});
-      if (s.numel() != n) throw std::logic_error("fold: the scale does not match the centered axis");
-      auto moved = x.movedim(a.axis, -1);
-      moved = moved - (moved * s).mean(-1, /*keepdim=*/true) / s;
-      x = moved.movedim(-1, a.axis);
-      continue;
-    }
-    if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
-    auto moved = x.movedim(a.axis, -1).contiguous();
-    auto grouped = moved.reshape({-1, a.groups, n / a.groups});
-    grouped = grouped - grouped.mean(-1, /*keepdim=*/true);
-    x = grouped.reshape(moved.sizes()).movedim(-1, a.axis);
-  }
-  return x.to(t.scalar_type()).contiguous();
-}
-
 std::string sanitized(const std::string& path) {
   std::string s = "foldnorm_centered_";
   for (char c : path) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
@@ -105,7 +79,7 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
     const auto& param = g.parameter(plan.param);
     if (param.isConstant) {
       auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
-      auto value = centered(constant->t(c10::attr::value), plan.actions, scaleOf);
+      auto value = centeredCopy(constant->t(c10::attr::value), plan.actions, scaleOf);
       if (plan.untieMode != UntieMode::RedirectReads) {
         constant->t_(c10::attr::value, value);
       } else {
@@ -118,7 +92,7 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
     } else {
       auto [owner, name] = ownerOf(m, param.path);
       auto original = owner.attr(name).toTensor();
-      auto value = centered(original, plan.actions, scaleOf);
+      auto value = centeredCopy(original, plan.actions, scaleOf);
       value.set_requires_grad(original.requires_grad());
       switch (plan.untieMode) {
         case UntieMode::InPlace:

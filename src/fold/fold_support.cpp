@@ -13,15 +13,21 @@
 
 namespace foldnorm {
 
-at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions) {
+at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions, const ScaleLookup& scaleOf) {
   at::NoGradGuard noGrad;
   auto x = t.detach().to(at::kDouble);
   for (const auto& a : actions) {
-    // A scaled centering (method.md section 7) needs the scale's values: only the TorchScript
-    // fold (apply_plan.cpp) executes it, and the .pt2 fold is analysed without it.
-    if (a.scale != kNone)
-      throw Error("this fold does not execute scaled centerings (scale absorption): analyse without it");
     auto n = x.size(a.axis);
+    if (a.scale != kNone) {
+      // x[c] -= mean_k(s_k x[k]) / s_c along the axis: s * x becomes mean-zero (method.md section 7).
+      if (!scaleOf) throw Error("this fold does not execute scaled centerings (scale absorption): analyse without it");
+      auto s = scaleOf(a.scale).to(at::kDouble).reshape({-1});
+      if (s.numel() != n) throw std::logic_error("fold: the scale does not match the centered axis");
+      auto moved = x.movedim(a.axis, -1);
+      moved = moved - (moved * s).mean(-1, /*keepdim=*/true) / s;
+      x = moved.movedim(-1, a.axis);
+      continue;
+    }
     if (n % a.groups != 0) throw std::logic_error("fold: groups do not divide the axis");
     auto moved = x.movedim(a.axis, -1).contiguous();
     auto grouped = moved.reshape({-1, a.groups, n / a.groups});

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,16 @@
 
 namespace foldnorm {
 
+/// The scale of a scaled centering (CenterAction::scale) as a tensor of the axis' length. Scales
+/// are never centered themselves (the analysis refuses that), so this is the model's own value.
+using ScaleLookup = std::function<at::Tensor(ParamId)>;
+
 /// `t` centered by `actions` in order (each: subtract the mean along `axis`, within `groups`
-/// equal groups), computed in float64 and returned in t's dtype, contiguous.
-at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions);
+/// equal groups; a scaled one: x[c] -= mean_k(s_k x[k]) / s_c), computed in float64 and returned
+/// in t's dtype, contiguous. The one home of the centering arithmetic for both folds; without
+/// `scaleOf` a scaled action is refused in one line.
+at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions,
+                        const ScaleLookup& scaleOf = {});
 
 /// Records a centered parameter (and its untie, with the bytes copied) in `report`.
 void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan);
