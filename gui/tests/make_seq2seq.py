@@ -35,6 +35,7 @@ def main() -> int:
     if all(torch.equal(a, b) for a, b in zip(first, second)):
         print(f"make_seq2seq.py: {name} gives the same outputs for two inputs", file=sys.stderr)
         return 1
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # a fresh build has no gui-test/ yet
     save_traced(out, traced, sample.specs)
     print(f"make_seq2seq.py: {name} traced to {out}")
     return 0
