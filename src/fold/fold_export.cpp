@@ -346,7 +346,7 @@ Verification verify(const ImportedModel& model, const ExportArchive& archive, co
     progress("verifying in float64: input set " + std::to_string(r + 1) + "/" + std::to_string(sets.size()));
     compareOutputs(original64.run(sets[r]), folded64.run(sets[r]), "float64", v.checks);
   }
-  summarizeChecks(v, options.float64Tolerance);
+  summarizeChecks(v, options.float64Tolerance, options.savedFloat64Bound);
   return v;
 }
 

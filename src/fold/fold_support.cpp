@@ -50,24 +50,32 @@ void reportKept(FoldReport& report, const LayerNormVerdict& verdict) {
   report.keptReasons.push_back(verdict.explanation);
 }
 
+bool hasPredictions(const at::Tensor& t) {
+  return t.is_floating_point() && t.dim() >= 1 && t.size(-1) > 1 && t.numel() > 0;
+}
+
+OutputCheck& outputCheckFor(std::vector<OutputCheck>& checks, const std::string& dtype, std::size_t output,
+                            const at::Tensor& shapeOf) {
+  auto it = std::find_if(checks.begin(), checks.end(),
+                         [&](const auto& c) { return c.dtype == dtype && c.output == output; });
+  if (it != checks.end()) return *it;
+  OutputCheck c;
+  c.dtype = dtype;
+  c.output = output;
+  c.shape = formatShape(shapeOf.sizes().vec()) + " " + dtypeName(shapeOf.scalar_type());
+  checks.push_back(c);
+  return checks.back();
+}
+
 void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
                     const std::string& dtype, std::vector<OutputCheck>& checks) {
   if (original.size() != folded.size())
     throw std::logic_error("fold: the folded model returns a different number of outputs");
   for (std::size_t i = 0; i < original.size(); ++i) {
     auto a = original[i].detach().to(at::kCPU), b = folded[i].detach().to(at::kCPU);
-    auto it = std::find_if(checks.begin(), checks.end(),
-                           [&](const auto& c) { return c.dtype == dtype && c.output == i; });
-    if (it == checks.end()) {
-      OutputCheck c;
-      c.dtype = dtype;
-      c.output = i;
-      c.shape = formatShape(a.sizes().vec()) + " " + dtypeName(a.scalar_type());
-      checks.push_back(c);
-      it = checks.end() - 1;
-    }
+    auto& c = outputCheckFor(checks, dtype, i, a);
     if (!a.is_floating_point()) {
-      if (!a.equal(b)) it->maxRel = it->maxAbs = std::numeric_limits<double>::infinity();
+      if (!a.equal(b)) c.maxRel = c.maxAbs = std::numeric_limits<double>::infinity();
       continue;
     }
     auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
@@ -75,24 +83,30 @@ void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<a
     double scale = ad.abs().max().item<double>();
     double rel = maxAbs / std::max(scale, std::numeric_limits<double>::min());
     if (!std::isfinite(maxAbs)) rel = maxAbs = std::numeric_limits<double>::infinity();
-    it->maxAbs = std::max(it->maxAbs, maxAbs);
-    it->maxRel = std::max(it->maxRel, rel);
-    if (a.dim() >= 1 && a.size(-1) > 1 && a.numel() > 0) {
-      it->hasPredictions = true;
+    c.maxAbs = std::max(c.maxAbs, maxAbs);
+    c.maxRel = std::max(c.maxRel, rel);
+    if (hasPredictions(a)) {
+      c.hasPredictions = true;
       double agree = (a.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
-      it->argmaxAgreement = std::min(it->argmaxAgreement, agree);
+      c.argmaxAgreement = std::min(c.argmaxAgreement, agree);
     }
   }
 }
 
-void summarizeChecks(Verification& v, double float64Tolerance) {
+void summarizeChecks(Verification& v, double float64Tolerance, double savedFloat64Bound) {
   for (const auto& c : v.checks) {
     if (c.dtype == "float64") {
       v.worstRelative64 = std::max(v.worstRelative64, c.maxRel);
       if (!(c.maxRel <= float64Tolerance)) v.float64Equivalent = false;
+    } else if (c.dtype == "saved-float64") {
+      v.worstRelativeSaved64 = std::max(v.worstRelativeSaved64, c.maxRel);
+      if (!(c.maxRel <= savedFloat64Bound)) v.savedWithinBound = false;
     } else {
       v.worstRelative32 = std::max(v.worstRelative32, c.maxRel);
       if (c.hasPredictions && c.argmaxAgreement < 1) v.predictionsUnchanged = false;
+      v.predictionRows += c.rows;
+      v.flippedRows += c.flippedRows;
+      v.unexplainedFlips += c.unexplainedFlips;
     }
   }
 }

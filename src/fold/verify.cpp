@@ -8,53 +8,11 @@
 
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/torch/model_surgery.h"
+#include "foldnorm/fold/fold_support.h"
 #include "fold_internal.h"
 
 namespace foldnorm::fold_detail {
 namespace {
-
-bool hasPredictions(const at::Tensor& t) {
-  return t.is_floating_point() && t.dim() >= 1 && t.size(-1) > 1 && t.numel() > 0;
-}
-
-OutputCheck& checkFor(std::vector<OutputCheck>& checks, const std::string& dtype, std::size_t output,
-                      const at::Tensor& shapeOf) {
-  auto it = std::find_if(checks.begin(), checks.end(),
-                         [&](const auto& c) { return c.dtype == dtype && c.output == output; });
-  if (it != checks.end()) return *it;
-  OutputCheck c;
-  c.dtype = dtype;
-  c.output = output;
-  c.shape = formatShape(shapeOf.sizes().vec()) + " " + dtypeName(shapeOf.scalar_type());
-  checks.push_back(c);
-  return checks.back();
-}
-
-void compare(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
-             const std::string& dtype, std::vector<OutputCheck>& checks) {
-  if (original.size() != folded.size())
-    throw std::logic_error("fold: the folded model returns a different number of outputs");
-  for (std::size_t i = 0; i < original.size(); ++i) {
-    auto a = original[i].detach().to(at::kCPU), b = folded[i].detach().to(at::kCPU);
-    auto& c = checkFor(checks, dtype, i, a);
-    if (!a.is_floating_point()) {
-      if (!a.equal(b)) c.maxRel = c.maxAbs = std::numeric_limits<double>::infinity();
-      continue;
-    }
-    auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
-    double maxAbs = (ad - bd).abs().max().item<double>();
-    double scale = ad.abs().max().item<double>();
-    double rel = maxAbs / std::max(scale, std::numeric_limits<double>::min());
-    if (!std::isfinite(maxAbs)) rel = maxAbs = std::numeric_limits<double>::infinity();
-    c.maxAbs = std::max(c.maxAbs, maxAbs);
-    c.maxRel = std::max(c.maxRel, rel);
-    if (hasPredictions(a)) {
-      c.hasPredictions = true;
-      double agree = (a.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
-      c.argmaxAgreement = std::min(c.argmaxAgreement, agree);
-    }
-  }
-}
 
 /// How flips are ranked: the closer margin/errorBound is to (or the further above) 1, the worse.
 double badness(const PredictionFlip& f) {
@@ -81,7 +39,7 @@ void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vect
     const auto n = a32.size(-1);
     auto rowsOf = [n](const at::Tensor& t) { return t.detach().to(at::kCPU).reshape({-1, n}); };
     auto A = rowsOf(a32), B = rowsOf(b[i]);
-    auto& c = checkFor(checks, "float32", i, a32);
+    auto& c = outputCheckFor(checks, "float32", i, a32);
     c.rows += A.size(0);
     auto flipped = (A.argmax(1) != B.argmax(1)).nonzero().flatten();
     if (flipped.numel() == 0) continue;
@@ -160,27 +118,13 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     auto a = runGraph(original32, tm.graph, in32), b = runGraph(folded32, folded32Graph, in32);
     auto z = runGraph(tm.module, original64Graph, in64);
     auto s = runGraph(folded, saved64Graph, in64);
-    compare(a, b, "float32", v.checks);
-    compare(z, runGraph(plan64, plan64Graph, in64), "float64", v.checks);
-    compare(z, s, "saved-float64", v.checks);
+    compareOutputs(a, b, "float32", v.checks);
+    compareOutputs(z, runGraph(plan64, plan64Graph, in64), "float64", v.checks);
+    compareOutputs(z, s, "saved-float64", v.checks);
     checkPredictions(static_cast<int>(r), a, b, z, s, options.savedFloat64Bound, v.checks, v.worstFlips);
   }
   keepWorst(v.worstFlips, kWorstFlips);
-  for (const auto& c : v.checks) {
-    if (c.dtype == "float64") {
-      v.worstRelative64 = std::max(v.worstRelative64, c.maxRel);
-      if (!(c.maxRel <= options.float64Tolerance)) v.float64Equivalent = false;
-    } else if (c.dtype == "saved-float64") {
-      v.worstRelativeSaved64 = std::max(v.worstRelativeSaved64, c.maxRel);
-      if (!(c.maxRel <= options.savedFloat64Bound)) v.savedWithinBound = false;
-    } else {
-      v.worstRelative32 = std::max(v.worstRelative32, c.maxRel);
-      if (c.hasPredictions && c.argmaxAgreement < 1) v.predictionsUnchanged = false;
-      v.predictionRows += c.rows;
-      v.flippedRows += c.flippedRows;
-      v.unexplainedFlips += c.unexplainedFlips;
-    }
-  }
+  summarizeChecks(v, options.float64Tolerance, options.savedFloat64Bound);
   return v;
 }
 

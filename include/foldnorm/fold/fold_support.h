@@ -30,13 +30,21 @@ void reportCentered(FoldReport& report, const std::string& path, const Parameter
 /// Records a LayerNorm the fold leaves as it is, with the analysis' one-line reason.
 void reportKept(FoldReport& report, const LayerNormVerdict& verdict);
 
+/// True for an output whose last axis can be read as predictions (argmax over > 1 entries).
+bool hasPredictions(const at::Tensor& t);
+
+/// The check of `output` in `dtype`, made (with `shapeOf`'s shape and dtype) on first use.
+OutputCheck& outputCheckFor(std::vector<OutputCheck>& checks, const std::string& dtype, std::size_t output,
+                            const at::Tensor& shapeOf);
+
 /// Folds one run's outputs into `checks` (one OutputCheck per dtype and output index; maxima
 /// over runs). Throws std::logic_error when the output counts differ.
 void compareOutputs(const std::vector<at::Tensor>& original, const std::vector<at::Tensor>& folded,
                     const std::string& dtype, std::vector<OutputCheck>& checks);
 
-/// Sets the verdicts of `v` from its checks: float64 within `float64Tolerance`, worst errors,
-/// predictions unchanged in the model's dtype.
-void summarizeChecks(Verification& v, double float64Tolerance);
+/// Sets the verdicts of `v` from its checks: float64 within `float64Tolerance`, the saved file
+/// in float64 within `savedFloat64Bound` (checks of dtype "saved-float64", where there are any),
+/// worst errors, predictions unchanged and flipped rows in the model's dtype.
+void summarizeChecks(Verification& v, double float64Tolerance, double savedFloat64Bound);
 
 }  // namespace foldnorm
