@@ -24,9 +24,9 @@ TEST_CASE("the norm bench times every variant per shape with ordered statistics"
   REQUIRE(r.cases.size() == 4);
   for (const auto& c : r.cases) {
     INFO(c.dtype << " " << c.rows << "x" << c.hidden);
-    REQUIRE(c.variants.size() == 8);
+    REQUIRE(c.variants.size() == 9);
     for (const char* name : {kCopyVariant, kOursRmsVariant, kOursLayerVariant, kAtenLayerVariant, kAtenRmsVariant,
-                             kOursAddRmsVariant, kAtenAddOursRmsVariant, kAtenAddLayerVariant}) {
+                             kOursAddRmsVariant, kAtenAddOursRmsVariant, kAtenAddLayerVariant, kAtenCenterVariant}) {
       const auto& v = c.variant(name);
       INFO(name);
       CHECK(v.medianMs > 0);

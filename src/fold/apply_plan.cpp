@@ -127,10 +127,9 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
 }
 
 /// x - x.mean(axes, keepdim=True) at each inserted centering's value, read by all its readers.
-/// aten mean + sub rather than an op of ours: the saved file needs nothing new to run it, and on
-/// this project's loaded CPU (fp32 [2048, 768], one thread, best of 200 interleaved) it took
-/// 1.19x a plain copy of the tensor, the least any op of ours could cost, and 0.25x one
-/// aten::layer_norm (docs/design.md, "Beyond the paper"; an indication, not a benchmark).
+/// aten mean + sub rather than an op of ours: the saved file needs nothing new to run it, and an
+/// op of ours could save at most a quarter of it (docs/design.md "Beyond the paper": bench-norm's
+/// centering variant against a copy, with the command).
 /// The inserted nodes carry a source range in a file named kInsertedCenteringSource, so the saved
 /// model says where they came from (its code and our importer's source locations show it).
 void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables, const ImportedModel& model,
