@@ -182,10 +182,17 @@ inline void writeChunk(const T* src, const float* w, const float* b, T* yr, T* s
 }
 
 // Two rows of 16-bit patterns per thread for the fused op: the sum row being written and the next
-// one, whose statistics fill it. Kept across calls (no allocation per call once grown).
+// one, whose statistics fill it. Kept across calls (no allocation per call once grown). The second
+// row starts kBufferRowPad elements past the first's end: with rows of a whole number of 4 KiB
+// (hidden 2048, 4096, 8192), a store into one row and the load at the same position of the other,
+// issued together in each step, would otherwise share their low 12 address bits (4K aliasing: the
+// load waits for the store) and their L1 set.
+constexpr int64_t kBufferRowPad = 288;  // 576 bytes: 9 cache lines
+inline int64_t bufferRowStride(int64_t n) { return n + kBufferRowPad; }
 uint16_t* sumRowsBuffer(int64_t n) {
   thread_local std::vector<uint16_t> buffer;
-  if (buffer.size() < static_cast<std::size_t>(2 * n)) buffer.resize(static_cast<std::size_t>(2 * n));
+  const auto size = static_cast<std::size_t>(2 * bufferRowStride(n));
+  if (buffer.size() < size) buffer.resize(size);
   return buffer.data();
 }
 
@@ -215,7 +222,9 @@ void rmsRows(const NormCpuCall& call) {
   at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
     if (begin >= end) return;
     T* buffers = kAdd ? reinterpret_cast<T*>(sumRowsBuffer(n)) : nullptr;
-    auto bufferOf = [&](int64_t row) { return kAdd ? buffers + ((row - begin) & 1) * n : nullptr; };
+    auto bufferOf = [&](int64_t row) {
+      return kAdd ? buffers + ((row - begin) & 1) * bufferRowStride(n) : nullptr;
+    };
     auto statsOf = [&](int64_t row) {
       return RowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr, bufferOf(row)};
     };

@@ -365,11 +365,19 @@ inline void writeRmsChunk(const T* src, const P* w, const P* b, T* y, T* s, int6
 }
 
 // Two rows of T per thread for the fused op: the sum row being written and the next one, whose
-// statistics fill it. Kept across calls (no allocation per call once grown).
+// statistics fill it. Kept across calls (no allocation per call once grown). The second row starts
+// 576 bytes (9 cache lines) past the first's end: with rows of a whole number of 4 KiB, a store
+// into one row and the load at the same position of the other, issued together in each step,
+// would otherwise share their low 12 address bits (4K aliasing: the load waits) and their L1 set.
+template <typename T>
+int64_t bufferRowStride(int64_t n) {
+  return n + 576 / static_cast<int64_t>(sizeof(T));
+}
 template <typename T>
 T* sumRowsBuffer(int64_t n) {
   thread_local std::vector<T> buffer;
-  if (buffer.size() < static_cast<std::size_t>(2 * n)) buffer.resize(static_cast<std::size_t>(2 * n));
+  const auto size = static_cast<std::size_t>(2 * bufferRowStride<T>(n));
+  if (buffer.size() < size) buffer.resize(size);
   return buffer.data();
 }
 
@@ -397,7 +405,9 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   const Acc count = static_cast<Acc>(n);
   const Acc eps = static_cast<Acc>(call.eps);
   T* buffers = kAdd ? sumRowsBuffer<T>(n) : nullptr;
-  auto bufferOf = [&](int64_t row) { return kAdd ? buffers + ((row - begin) & 1) * n : nullptr; };
+  auto bufferOf = [&](int64_t row) {
+    return kAdd ? buffers + ((row - begin) & 1) * bufferRowStride<T>(n) : nullptr;
+  };
   auto statsOf = [&](int64_t row) {
     return RmsRowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr, bufferOf(row)};
   };
