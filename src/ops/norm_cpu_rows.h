@@ -211,6 +211,34 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
   return s;
 }
 
+// The output step of both norms' chunks: (lo, hi) [* w] [+ b] (one fma with both), then stored
+// or streamed to y + j.
+template <typename T, typename P, bool kWeight, bool kBias, bool kStream>
+inline void finishChunk(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
+                        const P* w, const P* b, T* y, int64_t j) {
+  using Acc = typename ChunkOf<T>::Acc;
+  Vectorized<Acc> wLo, wHi, bLo, bHi;
+  if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
+  if constexpr (kWeight) {
+    loadChunk<Acc>(w + j, wLo, wHi);
+    if constexpr (kBias) {
+      lo = at::vec::fmadd(lo, wLo, bLo);
+      hi = at::vec::fmadd(hi, wHi, bHi);
+    } else {
+      lo = lo * wLo;
+      hi = hi * wHi;
+    }
+  } else if constexpr (kBias) {
+    lo = lo + bLo;
+    hi = hi + bHi;
+  }
+  if constexpr (kStream) {
+    streamChunk<Acc>(y + j, lo, hi);
+  } else {
+    storeChunk<Acc>(y + j, lo, hi);
+  }
+}
+
 // y = ((x - center) * scale) [* w] [+ b]: LayerNorm's output pass (RMS rows: writeRmsChunk).
 template <typename T, typename P, bool kCentered, bool kWeight, bool kBias, bool kStream>
 void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename ChunkOf<T>::Acc scale,
@@ -219,7 +247,7 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
   using Acc = typename C::Acc;
   using V = typename C::AccVec;
   const V vScale(scale), vCenter(center);
-  V lo, hi, wLo, wHi, bLo, bHi;
+  V lo, hi;
   int64_t j = 0;
   for (; j + C::kSize <= n; j += C::kSize) {
     loadChunk<Acc>(x + j, lo, hi);
@@ -229,25 +257,7 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
     }
     lo = lo * vScale;
     hi = hi * vScale;
-    if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
-    if constexpr (kWeight) {
-      loadChunk<Acc>(w + j, wLo, wHi);
-      if constexpr (kBias) {
-        lo = at::vec::fmadd(lo, wLo, bLo);
-        hi = at::vec::fmadd(hi, wHi, bHi);
-      } else {
-        lo = lo * wLo;
-        hi = hi * wHi;
-      }
-    } else if constexpr (kBias) {
-      lo = lo + bLo;
-      hi = hi + bHi;
-    }
-    if constexpr (kStream) {
-      streamChunk<Acc>(y + j, lo, hi);
-    } else {
-      storeChunk<Acc>(y + j, lo, hi);
-    }
+    finishChunk<T, P, kWeight, kBias, kStream>(lo, hi, w, b, y, j);
   }
   for (; j < n; ++j) {
     Acc v = static_cast<Acc>(x[j]);
@@ -338,30 +348,12 @@ template <typename T, typename P, bool kWeight, bool kBias, bool kStream, bool k
 inline void writeRmsChunk(const T* src, const P* w, const P* b, T* y, T* s, int64_t j,
                           const Vectorized<typename ChunkOf<T>::Acc>& scale) {
   using Acc = typename ChunkOf<T>::Acc;
-  Vectorized<Acc> lo, hi, wLo, wHi, bLo, bHi;
+  Vectorized<Acc> lo, hi;
   if constexpr (kAdd) copyChunkBytes<T, kStream>(src + j, s + j);
   loadChunk<Acc>(src + j, lo, hi);
   lo = lo * scale;
   hi = hi * scale;
-  if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
-  if constexpr (kWeight) {
-    loadChunk<Acc>(w + j, wLo, wHi);
-    if constexpr (kBias) {
-      lo = at::vec::fmadd(lo, wLo, bLo);
-      hi = at::vec::fmadd(hi, wHi, bHi);
-    } else {
-      lo = lo * wLo;
-      hi = hi * wHi;
-    }
-  } else if constexpr (kBias) {
-    lo = lo + bLo;
-    hi = hi + bHi;
-  }
-  if constexpr (kStream) {
-    streamChunk<Acc>(y + j, lo, hi);
-  } else {
-    storeChunk<Acc>(y + j, lo, hi);
-  }
+  finishChunk<T, P, kWeight, kBias, kStream>(lo, hi, w, b, y, j);
 }
 
 // Two rows of T per thread for the fused op: the sum row being written and the next one, whose
