@@ -183,6 +183,11 @@ if (( cuda )); then
   step bench-norm-cuda-16bit 120 "$bin/foldnorm" bench-norm --device cuda --dtype bfloat16,float16 \
     --hidden 768,1024,2048,4096,8192 --rows 8192,32768 --reps 30
   table bench-norm-cuda-16bit
+  # 16-bit inputs with float32 weight and bias (autocast-style models): the register path with
+  # two 16-byte parameter loads per vector, the fused add_rms_norm included.
+  step bench-norm-cuda-16bit-f32params 90 "$bin/foldnorm" bench-norm --device cuda --dtype bfloat16,float16 \
+    --float32-params --hidden 768,4096,8192 --rows 8192,32768 --reps 20
+  table bench-norm-cuda-16bit-f32params
 else
   note "[skip] bench-norm --device cuda: no CUDA device"
 fi

@@ -2,10 +2,13 @@
 // not how fast anything is.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "foldnorm/bench/bench_norm.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
+#include "foldnorm/ops/rms_norm.h"
 
 using namespace foldnorm::bench;
 
@@ -57,4 +60,35 @@ TEST_CASE("the norm bench rejects options it cannot time honestly", "[bench][ops
     o.device = "tpu";
     CHECK_THROWS_WITH(runNormBench(o, progress), Contains("tpu"));
   }
+  SECTION("an unknown CPU kernel instruction set, named as its setting") {
+    o.cpuIsa = "sse9";
+    try {
+      runNormBench(o, progress);
+      FAIL("no error");
+    } catch (const foldnorm::SettingError& e) {
+      CHECK(e.setting() == "cpu-isa");
+      CHECK_THAT(e.what(), Contains("sse9"));
+    }
+  }
+}
+
+TEST_CASE("the norm bench runs our kernels on the instruction set and parameter dtype it is given", "[bench][ops]") {
+  BenchNormOptions o;
+  o.dtypes = {"bfloat16"};
+  o.hidden = {64};
+  o.rows = {8};
+  o.reps = 3;
+  o.warmup = 0;
+  o.threads = 1;
+  o.cpuIsa = "portable";  // every CPU has it
+  o.float32Params = true;  // a 16-bit input with float32 weight and bias
+  std::ostringstream progress;
+  const auto before = foldnorm::ops::cpuKernelIsa();
+  auto r = runNormBench(o, progress);
+  CHECK(r.cpuKernelIsa == "portable");
+  CHECK(r.float32Params);
+  CHECK(foldnorm::ops::cpuKernelIsa() == before);
+  CHECK_THAT(formatNormBenchTable(r), Catch::Contains("CPU kernels portable") &&
+                                          Catch::Contains("float32 weight and bias"));
+  CHECK(toJson(r)["float32_params"] == true);
 }

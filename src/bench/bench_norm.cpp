@@ -14,10 +14,12 @@
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 #include "foldnorm/ops/rms_norm.h"
 
 namespace foldnorm::bench {
@@ -61,6 +63,37 @@ void keepHeapWarm() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
 }
+
+// Forces our CPU kernels' instruction set for one run and restores the automatic choice after it.
+class CpuIsaScope {
+ public:
+  explicit CpuIsaScope(const std::string& name) {
+    if (name == "auto") return;
+    std::optional<foldnorm::ops::CpuKernelIsa> isa;
+    for (auto candidate : {foldnorm::ops::CpuKernelIsa::kAvx512, foldnorm::ops::CpuKernelIsa::kAvx2,
+                           foldnorm::ops::CpuKernelIsa::kPortable}) {
+      if (name == foldnorm::ops::toString(candidate)) isa = candidate;
+    }
+    if (!isa) {
+      throw SettingError("cpu-isa", "unknown CPU kernel instruction set '" + name +
+                                        "' (auto, avx512, avx2 or portable)");
+    }
+    try {
+      foldnorm::ops::setCpuKernelIsa(*isa);
+    } catch (const c10::Error&) {
+      throw SettingError("cpu-isa", "this CPU cannot run the " + name + " kernels (auto picks what it can)");
+    }
+    forced_ = true;
+  }
+  ~CpuIsaScope() {
+    if (forced_) foldnorm::ops::setCpuKernelIsa(std::nullopt);
+  }
+  CpuIsaScope(const CpuIsaScope&) = delete;
+  CpuIsaScope& operator=(const CpuIsaScope&) = delete;
+
+ private:
+  bool forced_ = false;
+};
 
 struct Variant {
   std::string name;
@@ -118,8 +151,12 @@ BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   torch::manual_seed(0);
   const auto x = torch::randn({rows, hidden}, opts);
-  const auto w = torch::randn({hidden}, opts);
-  const auto b = torch::randn({hidden}, opts);
+  const auto paramOpts = options.float32Params ? opts.dtype(torch::kFloat32) : opts;
+  const auto w = torch::randn({hidden}, paramOpts);
+  const auto b = torch::randn({hidden}, paramOpts);
+  // ATen's variants take the parameters in the input's dtype (not every ATen norm kernel mixes
+  // dtypes on every device), so a float32-parameter run changes only our kernels' inputs.
+  const auto wAten = w.to(dtype), bAten = b.to(dtype);
   const auto residual = torch::randn({rows, hidden}, opts);
   auto out = torch::empty_like(x);
   auto sum = torch::empty_like(x);
@@ -128,13 +165,13 @@ BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
 
   const double element = static_cast<double>(x.element_size());
   const double activations = 2.0 * static_cast<double>(rows * hidden) * element;
-  const double params = static_cast<double>(hidden) * element;
+  const double params = static_cast<double>(hidden) * static_cast<double>(w.element_size());
   std::vector<Variant> variants{
       {kCopyVariant, activations, [&] { out.copy_(x); }},
       {kOursRmsVariant, activations + 2 * params,
        [&] { foldnorm::ops::rmsNormOut(out, x, shape, w, b, eps); }},
-      {kAtenLayerVariant, activations + 2 * params, [&] { torch::layer_norm(x, shape, w, b, eps); }},
-      {kAtenRmsVariant, activations + params, [&] { at::rms_norm(x, shape, w, eps); }},
+      {kAtenLayerVariant, activations + 2 * params, [&] { torch::layer_norm(x, shape, wAten, bAten, eps); }},
+      {kAtenRmsVariant, activations + params, [&] { at::rms_norm(x, shape, wAten, eps); }},
       // An inserted centering as the fold writes it; an op of ours could at best reach the copy.
       {kAtenCenterVariant, activations, [&] { at::sub_out(out, x, x.mean(-1, /*keepdim=*/true)); }},
       {kOursLayerVariant, activations + 2 * params,
@@ -151,7 +188,7 @@ BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
       {kAtenAddLayerVariant, 2 * activations + 2 * params,
        [&] {
          at::add_out(sum, x, residual);
-         torch::layer_norm(sum, shape, w, b, eps);
+         torch::layer_norm(sum, shape, wAten, bAten, eps);
        }},
   };
 
@@ -199,8 +236,10 @@ BenchNormReport runNormBench(const BenchNormOptions& options, std::ostream& prog
   if (options.threads < 0) throw Error("bench-norm: --threads must not be negative (0: LibTorch's default)");
   if (options.threads > 0) at::set_num_threads(options.threads);
   const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const CpuIsaScope isaScope(options.cpuIsa);
   BenchNormReport report;
   report.device = options.device;
+  report.float32Params = options.float32Params;
   report.threads = at::get_num_threads();
   report.cpuKernelIsa = foldnorm::ops::toString(foldnorm::ops::cpuKernelIsa());
   report.l2Flushed = device.is_cuda() && options.flushL2;
@@ -267,6 +306,7 @@ nlohmann::json toJson(const BenchNormReport& report) {
   }
   return {{"device", report.device},
           {"threads", report.threads},
+          {"float32_params", report.float32Params},
           {"cpu_kernel_isa", report.cpuKernelIsa},
           {"l2_flushed", report.l2Flushed},
           {"reps", report.reps},
@@ -281,12 +321,12 @@ std::string formatNormBenchTable(const BenchNormReport& report) {
     l2 = report.l2Flushed ? ", L2 flushed before each sample" : ", L2 warm";
   }
   std::string s = format(
-      "device %s, %d threads, CPU kernels %s, %d rounds after %d warm-up%s\n%s\n"
+      "device %s, %d threads, CPU kernels %s, %d rounds after %d warm-up%s%s\n%s\n"
       "median and p10-p90 over the rounds; GB/s = bytes read + written / median (the add "
       "variants: the 4 passes the pair needs at least); /copy = time / copy time; BW/copy = GB/s / "
       "copy GB/s\n",
       report.device.c_str(), report.threads, report.cpuKernelIsa.c_str(), report.reps,
-      report.warmup, l2, report.outputs.c_str());
+      report.warmup, l2, report.float32Params ? ", float32 weight and bias" : "", report.outputs.c_str());
   for (const auto& c : report.cases) {
     const double copyMs = c.variant(kCopyVariant).medianMs;
     const double atenLnMs = c.variant(kAtenLayerVariant).medianMs;

@@ -40,6 +40,12 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_option("--warmup", o.warmup, "Untimed rounds per shape first")->capture_default_str();
   cmd->add_option("--eps", o.eps, "eps of every norm")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)")->capture_default_str();
+  cmd->add_option("--cpu-isa", o.cpuIsa,
+                  "Instruction set of foldnorm's CPU kernels: auto, avx512, avx2 or portable (ATen's "
+                  "kernels keep their own)")
+      ->capture_default_str();
+  cmd->add_flag("--float32-params", o.float32Params,
+                "Weight and bias in float32 whatever the input's dtype (autocast-style 16-bit models)");
   cmd->add_flag("--warm-l2", args->warmL2, "CUDA: do not flush L2 before each sample");
   cmd->add_flag("--json", args->json, "Print the results as JSON instead of a table");
   cmd->callback([args, &exitCode] {

@@ -19,6 +19,8 @@
 //     . * w or . + b), rounded to 16 bits as ATen's AVX2 convert_from_float does (bfloat16: round
 //     to nearest even by the integer bias trick, NaN -> 0xffff; float16: vcvtps2ph, nearest);
 //   - the scalar tail is the same C++ (this TU is compiled with -ffp-contract=off too).
+//   - bfloat16 rounding by vcvtneps2bf16 where the CPU has AVX512_BF16, for chunks without NaN or
+//     subnormal lanes (where that instruction and ATen's rounding agree), the integer trick else.
 // Everything else (float32/float64, LayerNorm, 16-bit parameters on few rows) is the AVX2 kernel.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -35,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "norm_cpu_kernels.h"
 
@@ -46,9 +49,9 @@ constexpr int64_t kMinElementsPerTask = 32768;
 constexpr int64_t kStreamingStoreMinBytes = int64_t{16} << 20;
 constexpr int64_t kChunk = 16;
 
+// 16 patterns of T (bfloat16: the top half of a float; float16: IEEE half) widened to float.
 template <typename T>
-inline __m512 load16(const T* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+inline __m512 widen16(__m256i bits) {
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   } else {
@@ -56,9 +59,32 @@ inline __m512 load16(const T* p) {
   }
 }
 
+inline __m256i loadBits(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+template <typename T>
+inline __m512 load16(const T* p) {
+  return widen16<T>(loadBits(p));
+}
+
+#if defined(__AVX512BF16__)
+// AVX512_BF16 (Zen 4, Cooper Lake, Sapphire Rapids) is not part of the AVX-512 set this file is
+// picked for, so its one-instruction rounding is used only where the CPU has it.
+const bool kCpuHasAvx512Bf16 = __builtin_cpu_supports("avx512bf16");
+// vfpclassps classes: QNaN (0x01), SNaN (0x80), subnormal (0x20).
+constexpr int kNanOrSubnormal = 0x01 | 0x80 | 0x20;
+#endif
+
 template <typename T>
 inline __m256i round16(__m512 v) {
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
+#if defined(__AVX512BF16__)
+    // vcvtneps2bf16 is the same round to nearest even in one instruction, except that it treats
+    // subnormal inputs as zero and keeps a NaN's payload; a chunk with such a lane (rare: a NaN or
+    // a float below 2^-126) takes the integer path below, so the bits stay ATen's AVX2 ones.
+    if (kCpuHasAvx512Bf16 && _mm512_fpclass_ps_mask(v, kNanOrSubnormal) == 0) {
+      return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    }
+#endif
     const __m512i x = _mm512_castps_si512(v);
     __m512i t = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
     t = _mm512_add_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(0x7fff)), x);
@@ -71,9 +97,8 @@ inline __m256i round16(__m512 v) {
   }
 }
 
-template <typename T, bool kStream>
-inline void store16(T* p, __m512 v) {
-  const __m256i bits = round16<T>(v);
+template <bool kStream>
+inline void storeBits(void* p, __m256i bits) {
   if constexpr (kStream) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
   } else {
@@ -81,15 +106,15 @@ inline void store16(T* p, __m512 v) {
   }
 }
 
-// x + r in float, rounded to T and widened again: the tensor aten::add would have written.
+template <typename T, bool kStream>
+inline void store16(T* p, __m512 v) {
+  storeBits<kStream>(p, round16<T>(v));
+}
+
+// x + r in float, rounded to T: the patterns of the tensor aten::add would have written.
 template <typename T>
-inline __m512 loadSum16(const T* x, const T* r) {
-  const __m256i rounded = round16<T>(_mm512_add_ps(load16(x), load16(r)));
-  if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16));
-  } else {
-    return _mm512_cvtph_ps(rounded);
-  }
+inline __m256i sumBits16(const T* x, const T* r) {
+  return round16<T>(_mm512_add_ps(load16(x), load16(r)));
 }
 
 // ATen's AVX2 vec_reduce_all<float> with +, on a0 + a1.
@@ -101,43 +126,51 @@ inline float reduceLikeAvx2(__m512 acc) {
   return _mm256_cvtss_f32(v);
 }
 
-template <typename T>
-inline float roundedSum(T x, T r) {
-  return static_cast<float>(static_cast<T>(static_cast<float>(x) + static_cast<float>(r)));
-}
-
 // One row's statistics: sum(x^2) (with kAdd of the rounded x + r) in the AVX2 kernel's order.
+// With kAdd the rounded sum's 16-bit patterns also go to `buf` (a row of the task's buffer), so
+// the output pass reads them instead of adding and rounding x + r a second time.
 template <typename T, bool kAdd>
 struct RowStats {
   const T* x;
   const T* r;
+  T* buf;
   __m512 acc = _mm512_setzero_ps();
   inline void chunk(int64_t j) {
-    const __m512 v = kAdd ? loadSum16(x + j, r + j) : load16(x + j);
+    __m512 v;
+    if constexpr (kAdd) {
+      const __m256i s = sumBits16(x + j, r + j);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(buf + j), s);
+      v = widen16<T>(s);
+    } else {
+      v = load16(x + j);
+    }
     acc = _mm512_fmadd_ps(v, v, acc);
   }
   // The reduction and the scalar tail from `j` on; returns 1 / sqrt(mean + eps).
-  inline float rstd(int64_t j, int64_t n, float count, float eps) const {
+  inline float rstd(int64_t j, int64_t n, float count, float eps) {
     float s = reduceLikeAvx2(acc);
     for (; j < n; ++j) {
-      float v = kAdd ? roundedSum<T>(x[j], r[j]) : static_cast<float>(x[j]);
+      float v;
+      if constexpr (kAdd) {
+        buf[j] = static_cast<T>(static_cast<float>(x[j]) + static_cast<float>(r[j]));
+        v = static_cast<float>(buf[j]);
+      } else {
+        v = static_cast<float>(x[j]);
+      }
       s += v * v;
     }
     return 1.0f / std::sqrt(s / count + eps);
   }
 };
 
+// One chunk of the output pass from `src` (x, or with kAdd the sum row the statistics pass left in
+// the buffer, which is also copied to the sum output `sr`).
 template <typename T, bool kWeight, bool kBias, bool kStream, bool kAdd>
-inline void writeChunk(const T* xr, const T* rr, const float* w, const float* b, T* yr, T* sr, int64_t j,
+inline void writeChunk(const T* src, const float* w, const float* b, T* yr, T* sr, int64_t j,
                        __m512 scale) {
-  __m512 v;
-  if constexpr (kAdd) {
-    v = loadSum16(xr + j, rr + j);
-    store16<T, kStream>(sr + j, v);
-  } else {
-    v = load16(xr + j);
-  }
-  v = _mm512_mul_ps(v, scale);
+  const __m256i bits = loadBits(src + j);
+  if constexpr (kAdd) storeBits<kStream>(sr + j, bits);
+  __m512 v = _mm512_mul_ps(widen16<T>(bits), scale);
   if constexpr (kWeight && kBias) {
     v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + j), _mm512_loadu_ps(b + j));
   } else if constexpr (kWeight) {
@@ -148,11 +181,30 @@ inline void writeChunk(const T* xr, const T* rr, const float* w, const float* b,
   store16<T, kStream>(yr + j, v);
 }
 
+// Two rows of 16-bit patterns per thread for the fused op: the sum row being written and the next
+// one, whose statistics fill it. Kept across calls (no allocation per call once grown). The second
+// row starts kBufferRowPad elements past the first's end: with rows of a whole number of 4 KiB
+// (hidden 2048, 4096, 8192), a store into one row and the load at the same position of the other,
+// issued together in each step, would otherwise share their low 12 address bits (4K aliasing: the
+// load waits for the store) and their L1 set.
+constexpr int64_t kBufferRowPad = 288;  // 576 bytes: 9 cache lines
+inline int64_t bufferRowStride(int64_t n) { return n + kBufferRowPad; }
+uint16_t* sumRowsBuffer(int64_t n) {
+  thread_local std::vector<uint16_t> buffer;
+  const auto size = static_cast<std::size_t>(2 * bufferRowStride(n));
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer.data();
+}
+
 // The rows of one task, software-pipelined: the output pass of row i runs in one loop with the
 // statistics pass of row i + 1. The statistics are one FMA chain (4 cycles per chunk whatever the
 // width, and its order is fixed by the bits), the output pass has no chain; interleaved, the
 // chain's latency hides behind the output work, and row i + 1's loads from memory overlap row i's
 // arithmetic. Each row's own operations and their order are unchanged.
+// The fused op (kAdd) adds and rounds each element once, in the statistics pass: the output pass
+// reads the rounded sum from the per-thread buffer (L1/L2) rather than x and r again, and writes
+// it to the sum output as it stands. Before, both passes added and rounded, which made the fused
+// 16-bit op slower than aten::add + rms_norm: on this CPU the conversions, not memory, bound it.
 template <typename T, bool kWeight, bool kBias, bool kStream, bool kAdd>
 void rmsRows(const NormCpuCall& call) {
   const T* x = static_cast<const T*>(call.x);
@@ -166,17 +218,21 @@ void rmsRows(const NormCpuCall& call) {
   const float count = static_cast<float>(n);
   const float eps = static_cast<float>(call.eps);
   const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(n, 1));
-  auto statsOf = [&](int64_t row) {
-    return RowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr};
-  };
+  static_assert(sizeof(T) == sizeof(uint16_t) && alignof(T) == alignof(uint16_t));
   at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
     if (begin >= end) return;
+    T* buffers = kAdd ? reinterpret_cast<T*>(sumRowsBuffer(n)) : nullptr;
+    auto bufferOf = [&](int64_t row) {
+      return kAdd ? buffers + ((row - begin) & 1) * bufferRowStride(n) : nullptr;
+    };
+    auto statsOf = [&](int64_t row) {
+      return RowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr, bufferOf(row)};
+    };
     auto first = statsOf(begin);
     for (int64_t j = 0; j < vectorEnd; j += kChunk) first.chunk(j);
     float rstd = first.rstd(vectorEnd, n, count, eps);
     for (int64_t row = begin; row < end; ++row) {
-      const T* xr = x + row * n;
-      const T* rr = kAdd ? res + row * n : nullptr;
+      const T* src = kAdd ? bufferOf(row) : x + row * n;
       T* sr = kAdd ? sum + row * n : nullptr;
       T* yr = y + row * n;
       const __m512 scale = _mm512_set1_ps(rstd);
@@ -185,19 +241,15 @@ void rmsRows(const NormCpuCall& call) {
       if (hasNext) {
         for (int64_t j = 0; j < vectorEnd; j += kChunk) {
           next.chunk(j);
-          writeChunk<T, kWeight, kBias, kStream, kAdd>(xr, rr, w, b, yr, sr, j, scale);
+          writeChunk<T, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
         }
       } else {
         for (int64_t j = 0; j < vectorEnd; j += kChunk)
-          writeChunk<T, kWeight, kBias, kStream, kAdd>(xr, rr, w, b, yr, sr, j, scale);
+          writeChunk<T, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
       }
       for (int64_t j = vectorEnd; j < n; ++j) {
-        float v = static_cast<float>(xr[j]);
-        if constexpr (kAdd) {
-          v = roundedSum<T>(xr[j], rr[j]);
-          sr[j] = static_cast<T>(v);
-        }
-        v *= rstd;
+        if constexpr (kAdd) sr[j] = src[j];
+        float v = static_cast<float>(src[j]) * rstd;
         if constexpr (kWeight) v *= w[j];
         if constexpr (kBias) v += b[j];
         yr[j] = static_cast<T>(v);

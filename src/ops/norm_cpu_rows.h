@@ -6,13 +6,16 @@
 //
 // Per row (one thread per row, rows split over at::parallel_for):
 //   RMS:   pass 1 reads x once for sum(x^2); pass 2 re-reads x (now in L1/L2) and writes
-//          y = (x * rstd) * w + b, with w/b fused.
+//          y = (x * rstd) * w + b, with w/b fused; pass 2 of row i runs in one loop with pass 1
+//          of row i + 1 (rmsRowsPipelined). The fused add: pass 1 adds and rounds x + r once,
+//          keeping the sum in a per-thread row buffer that pass 2 reads and copies to `sum`.
 //   Layer: pass 1 sum(x) -> mean; pass 2 sum((x - mean)^2) from cache (two-pass, no cancellation);
 //          pass 3 y = ((x - mean) * rstd) * w + b. (ATen's CPU form x * rstd + (-mean * rstd) loses
 //          the exact zero of x == mean: with N = 1 it returns rounding noise times 1/sqrt(eps).)
 // So both read x from memory once and write y once; the LayerNorm does one more pass over a row
 // that is already in cache. Accumulation in float (double for double), in vectors of two
-// independent accumulators, remainder in scalar code; no allocations.
+// independent accumulators, remainder in scalar code; no allocation per call (the fused op's row
+// buffer is per thread and kept).
 #pragma once
 
 #ifndef CPU_CAPABILITY
@@ -38,7 +41,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "norm_cpu_kernels.h"
 
@@ -178,23 +183,18 @@ typename ChunkOf<T>::Acc sumRow(const T* x, int64_t n) {
   return s;
 }
 
-// sum((x - center)^2); center = 0 gives RMSNorm's sum of squares. With kAdd the row is
-// x + r (rounded to T), in the same order, so the fused op's statistics have the unfused bits.
-template <typename T, bool kCentered, bool kAdd = false>
+// sum((x - center)^2); center = 0 gives RMSNorm's sum of squares (the backward's statistics;
+// the forward's RMS rows use RmsRowStats below, the same operations a chunk at a time).
+template <typename T, bool kCentered>
 typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
-                                             typename ChunkOf<T>::Acc center,
-                                             const T* r = nullptr) {
+                                             typename ChunkOf<T>::Acc center) {
   using C = ChunkOf<T>;
   using Acc = typename C::Acc;
   typename C::AccVec a0(Acc(0)), a1(Acc(0)), lo, hi;
   const typename C::AccVec c(center);
   int64_t j = 0;
   for (; j + C::kSize <= n; j += C::kSize) {
-    if constexpr (kAdd) {
-      loadSumChunk<Acc>(x + j, r + j, lo, hi);
-    } else {
-      loadChunk<Acc>(x + j, lo, hi);
-    }
+    loadChunk<Acc>(x + j, lo, hi);
     if constexpr (kCentered) {
       lo = lo - c;
       hi = hi - c;
@@ -204,69 +204,63 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
   }
   Acc s = horizontalSum<Acc>(a0 + a1);
   for (; j < n; ++j) {
-    Acc v = kAdd ? roundedSum<Acc>(x[j], r[j]) : static_cast<Acc>(x[j]);
+    Acc v = static_cast<Acc>(x[j]);
     if constexpr (kCentered) v -= center;
     s += v * v;
   }
   return s;
 }
 
-// y = ((x [- center]) * scale) [* w] [+ b]; the center (the mean) only for LayerNorm.
-// With kAdd, x + r (rounded) takes x's place and is written to s: recomputed from x and r, which
-// are in cache after the statistics pass, rather than read back, so s can be streamed too.
-template <typename T, typename P, bool kCentered, bool kWeight, bool kBias, bool kStream,
-          bool kAdd = false>
+// The output step of both norms' chunks: (lo, hi) [* w] [+ b] (one fma with both), then stored
+// or streamed to y + j.
+template <typename T, typename P, bool kWeight, bool kBias, bool kStream>
+inline void finishChunk(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
+                        const P* w, const P* b, T* y, int64_t j) {
+  using Acc = typename ChunkOf<T>::Acc;
+  Vectorized<Acc> wLo, wHi, bLo, bHi;
+  if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
+  if constexpr (kWeight) {
+    loadChunk<Acc>(w + j, wLo, wHi);
+    if constexpr (kBias) {
+      lo = at::vec::fmadd(lo, wLo, bLo);
+      hi = at::vec::fmadd(hi, wHi, bHi);
+    } else {
+      lo = lo * wLo;
+      hi = hi * wHi;
+    }
+  } else if constexpr (kBias) {
+    lo = lo + bLo;
+    hi = hi + bHi;
+  }
+  if constexpr (kStream) {
+    streamChunk<Acc>(y + j, lo, hi);
+  } else {
+    storeChunk<Acc>(y + j, lo, hi);
+  }
+}
+
+// y = ((x - center) * scale) [* w] [+ b]: LayerNorm's output pass (RMS rows: writeRmsChunk).
+template <typename T, typename P, bool kCentered, bool kWeight, bool kBias, bool kStream>
 void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename ChunkOf<T>::Acc scale,
-              typename ChunkOf<T>::Acc center, const T* r = nullptr, T* s = nullptr) {
+              typename ChunkOf<T>::Acc center) {
   using C = ChunkOf<T>;
   using Acc = typename C::Acc;
   using V = typename C::AccVec;
   const V vScale(scale), vCenter(center);
-  V lo, hi, wLo, wHi, bLo, bHi;
+  V lo, hi;
   int64_t j = 0;
   for (; j + C::kSize <= n; j += C::kSize) {
-    if constexpr (kAdd) {
-      loadSumChunk<Acc>(x + j, r + j, lo, hi);
-      if constexpr (kStream) {
-        streamChunk<Acc>(s + j, lo, hi);
-      } else {
-        storeChunk<Acc>(s + j, lo, hi);
-      }
-    } else {
-      loadChunk<Acc>(x + j, lo, hi);
-    }
+    loadChunk<Acc>(x + j, lo, hi);
     if constexpr (kCentered) {
       lo = lo - vCenter;
       hi = hi - vCenter;
     }
     lo = lo * vScale;
     hi = hi * vScale;
-    if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
-    if constexpr (kWeight) {
-      loadChunk<Acc>(w + j, wLo, wHi);
-      if constexpr (kBias) {
-        lo = at::vec::fmadd(lo, wLo, bLo);
-        hi = at::vec::fmadd(hi, wHi, bHi);
-      } else {
-        lo = lo * wLo;
-        hi = hi * wHi;
-      }
-    } else if constexpr (kBias) {
-      lo = lo + bLo;
-      hi = hi + bHi;
-    }
-    if constexpr (kStream) {
-      streamChunk<Acc>(y + j, lo, hi);
-    } else {
-      storeChunk<Acc>(y + j, lo, hi);
-    }
+    finishChunk<T, P, kWeight, kBias, kStream>(lo, hi, w, b, y, j);
   }
   for (; j < n; ++j) {
     Acc v = static_cast<Acc>(x[j]);
-    if constexpr (kAdd) {
-      v = roundedSum<Acc>(x[j], r[j]);
-      s[j] = static_cast<T>(v);
-    }
     if constexpr (kCentered) v -= center;
     v *= scale;
     if constexpr (kWeight) v *= static_cast<Acc>(w[j]);
@@ -275,13 +269,176 @@ void writeRow(const T* x, const P* w, const P* b, T* y, int64_t n, typename Chun
   }
 }
 
+// x + r rounded to T as loadSumChunk computes it, with the rounded chunk also stored to `buf`
+// (16-bit: the packed patterns as they come out of the rounding, not rounded a second time).
+template <typename Acc, typename T>
+inline void loadSumChunkTo(const T* x, const T* r, T* buf, Vectorized<Acc>& lo, Vectorized<Acc>& hi) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    loadSumChunk<Acc>(x, r, lo, hi);
+    storeChunk<Acc>(buf, lo, hi);
+  } else {
+    Vectorized<Acc> rLo, rHi;
+    loadChunk<Acc>(x, lo, hi);
+    loadChunk<Acc>(r, rLo, rHi);
+    const Vectorized<T> packed = at::vec::convert_from_float<T>(lo + rLo, hi + rHi);
+    packed.store(buf);
+    auto widened = at::vec::convert_to_float<T>(packed);
+    lo = std::get<0>(widened);
+    hi = std::get<1>(widened);
+  }
+}
+
+// Copies one chunk's bytes as they are (the fused op's sum output from its row buffer).
+template <typename T, bool kStream>
+inline void copyChunkBytes(const T* src, T* dst) {
+  constexpr int64_t kBytes = ChunkOf<T>::kSize * static_cast<int64_t>(sizeof(T));
+#if defined(CPU_CAPABILITY_AVX2)
+  if constexpr (kStream) {
+    static_assert(kBytes % 32 == 0);
+    const char* from = reinterpret_cast<const char*>(src);
+    char* to = reinterpret_cast<char*>(dst);
+    for (int64_t k = 0; k < kBytes; k += 32) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(to + k),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + k)));
+    }
+    return;
+  }
+#endif
+  std::memcpy(dst, src, kBytes);
+}
+
+// One RMS row's statistics, a chunk at a time, in sumSquaredDeviations' order (so the bits are the
+// unpipelined kernel's). With kAdd the rounded x + r also goes to `buf`, for the output pass.
+template <typename T, bool kAdd>
+struct RmsRowStats {
+  using C = ChunkOf<T>;
+  using Acc = typename C::Acc;
+  const T* x;
+  const T* r;
+  T* buf;
+  typename C::AccVec a0{Acc(0)}, a1{Acc(0)};
+  inline void chunk(int64_t j) {
+    typename C::AccVec lo, hi;
+    if constexpr (kAdd) {
+      loadSumChunkTo<Acc>(x + j, r + j, buf + j, lo, hi);
+    } else {
+      loadChunk<Acc>(x + j, lo, hi);
+    }
+    a0 = at::vec::fmadd(lo, lo, a0);
+    a1 = at::vec::fmadd(hi, hi, a1);
+  }
+  // The reduction and the scalar tail from `j` on; returns 1 / sqrt(mean + eps).
+  inline Acc rstd(int64_t j, int64_t n, Acc count, Acc eps) {
+    Acc s = horizontalSum<Acc>(a0 + a1);
+    for (; j < n; ++j) {
+      Acc v = static_cast<Acc>(x[j]);
+      if constexpr (kAdd) {
+        v = roundedSum<Acc>(x[j], r[j]);
+        buf[j] = static_cast<T>(v);
+      }
+      s += v * v;
+    }
+    return Acc(1) / std::sqrt(s / count + eps);
+  }
+};
+
+// One chunk of an RMS row's output from `src` (x, or for the fused op the rounded sum the
+// statistics pass left in the row buffer, which is copied to the sum output `s` as it stands).
+template <typename T, typename P, bool kWeight, bool kBias, bool kStream, bool kAdd>
+inline void writeRmsChunk(const T* src, const P* w, const P* b, T* y, T* s, int64_t j,
+                          const Vectorized<typename ChunkOf<T>::Acc>& scale) {
+  using Acc = typename ChunkOf<T>::Acc;
+  Vectorized<Acc> lo, hi;
+  if constexpr (kAdd) copyChunkBytes<T, kStream>(src + j, s + j);
+  loadChunk<Acc>(src + j, lo, hi);
+  lo = lo * scale;
+  hi = hi * scale;
+  finishChunk<T, P, kWeight, kBias, kStream>(lo, hi, w, b, y, j);
+}
+
+// Two rows of T per thread for the fused op: the sum row being written and the next one, whose
+// statistics fill it. Kept across calls (no allocation per call once grown). The second row starts
+// 576 bytes (9 cache lines) past the first's end: with rows of a whole number of 4 KiB, a store
+// into one row and the load at the same position of the other, issued together in each step,
+// would otherwise share their low 12 address bits (4K aliasing: the load waits) and their L1 set.
+template <typename T>
+int64_t bufferRowStride(int64_t n) {
+  return n + 576 / static_cast<int64_t>(sizeof(T));
+}
+template <typename T>
+T* sumRowsBuffer(int64_t n) {
+  thread_local std::vector<T> buffer;
+  const auto size = static_cast<std::size_t>(2 * bufferRowStride<T>(n));
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer.data();
+}
+
+// RMS rows (and the fused add) of one task, software-pipelined as in norm_cpu_avx512.cpp: the
+// output pass of row i runs in one loop with the statistics pass of row i + 1, so the statistics'
+// FMA chain (whose order the bits fix) hides behind the output pass's independent work and row
+// i + 1's loads from memory overlap row i's arithmetic. Each row's operations and their order are
+// those of sumSquaredDeviations + writeRow, so the bits are unchanged. The fused op adds and rounds
+// each element once, in the statistics pass; the output pass reads the rounded sum back from the
+// per-thread row buffer (in L1/L2) instead of re-adding x and r: with AVX2 a 16-bit rounding
+// costs far more than the arithmetic, and doing it twice made the fused op slower than the pair.
+template <typename T, typename P, bool kWeight, bool kBias, bool kStream, bool kAdd>
+void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
+  using C = ChunkOf<T>;
+  using Acc = typename C::Acc;
+  if (begin >= end) return;
+  const T* x = static_cast<const T*>(call.x);
+  const T* res = static_cast<const T*>(call.residual);
+  T* sum = static_cast<T*>(call.sum);
+  const P* w = static_cast<const P*>(call.weight);
+  const P* b = static_cast<const P*>(call.bias);
+  T* y = static_cast<T*>(call.y);
+  const int64_t n = call.cols;
+  const int64_t vectorEnd = n - n % C::kSize;
+  const Acc count = static_cast<Acc>(n);
+  const Acc eps = static_cast<Acc>(call.eps);
+  T* buffers = kAdd ? sumRowsBuffer<T>(n) : nullptr;
+  auto bufferOf = [&](int64_t row) {
+    return kAdd ? buffers + ((row - begin) & 1) * bufferRowStride<T>(n) : nullptr;
+  };
+  auto statsOf = [&](int64_t row) {
+    return RmsRowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr, bufferOf(row)};
+  };
+  auto first = statsOf(begin);
+  for (int64_t j = 0; j < vectorEnd; j += C::kSize) first.chunk(j);
+  Acc rstd = first.rstd(vectorEnd, n, count, eps);
+  for (int64_t row = begin; row < end; ++row) {
+    const T* src = kAdd ? bufferOf(row) : x + row * n;
+    T* sr = kAdd ? sum + row * n : nullptr;
+    T* yr = y + row * n;
+    const typename C::AccVec scale(rstd);
+    const bool hasNext = row + 1 < end;
+    auto next = statsOf(hasNext ? row + 1 : row);
+    if (hasNext) {
+      for (int64_t j = 0; j < vectorEnd; j += C::kSize) {
+        next.chunk(j);
+        writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
+      }
+    } else {
+      for (int64_t j = 0; j < vectorEnd; j += C::kSize)
+        writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
+    }
+    for (int64_t j = vectorEnd; j < n; ++j) {
+      if constexpr (kAdd) sr[j] = src[j];
+      Acc v = static_cast<Acc>(src[j]);
+      v *= rstd;
+      if constexpr (kWeight) v *= static_cast<Acc>(w[j]);
+      if constexpr (kBias) v += static_cast<Acc>(b[j]);
+      yr[j] = static_cast<T>(v);
+    }
+    if (hasNext) rstd = next.rstd(vectorEnd, n, count, eps);
+  }
+}
+
 template <typename T, typename P, bool kLayer, bool kWeight, bool kBias, bool kStream, bool kAdd>
 void normRowsWith(const NormCpuCall& call) {
   using Acc = typename ChunkOf<T>::Acc;
   static_assert(!(kLayer && kAdd), "the fused residual add is RMS only");
   const T* x = static_cast<const T*>(call.x);
-  const T* res = static_cast<const T*>(call.residual);
-  T* sum = static_cast<T*>(call.sum);
   const P* w = static_cast<const P*>(call.weight);
   const P* b = static_cast<const P*>(call.bias);
   T* y = static_cast<T*>(call.y);
@@ -291,25 +448,17 @@ void normRowsWith(const NormCpuCall& call) {
   const Acc eps = static_cast<Acc>(call.eps);
   const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(n, 1));
   at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      if constexpr (kLayer) {
+    if constexpr (kLayer) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = x + r * n;
+        T* yr = y + r * n;
         const Acc mean = sumRow(xr, n) / count;
         const Acc var = sumSquaredDeviations<T, true>(xr, n, mean) / count;
         const Acc rstd = Acc(1) / std::sqrt(var + eps);
         writeRow<T, P, true, kWeight, kBias, kStream>(xr, w, b, yr, n, rstd, mean);
-      } else if constexpr (kAdd) {
-        const T* rr = res + r * n;
-        const Acc meanSquare = sumSquaredDeviations<T, false, true>(xr, n, Acc(0), rr) / count;
-        const Acc rstd = Acc(1) / std::sqrt(meanSquare + eps);
-        writeRow<T, P, false, kWeight, kBias, kStream, true>(xr, w, b, yr, n, rstd, Acc(0), rr,
-                                                              sum + r * n);
-      } else {
-        const Acc meanSquare = sumSquaredDeviations<T, false>(xr, n, Acc(0)) / count;
-        const Acc rstd = Acc(1) / std::sqrt(meanSquare + eps);
-        writeRow<T, P, false, kWeight, kBias, kStream>(xr, w, b, yr, n, rstd, Acc(0));
       }
+    } else {
+      rmsRowsPipelined<T, P, kWeight, kBias, kStream, kAdd>(call, begin, end);
     }
     if constexpr (kStream) streamingStoresDone();
   });

@@ -1,7 +1,8 @@
 // CUDA kernels of foldnorm::rms_norm / foldnorm::layer_norm (design: docs/kernels.md, after
 // /work/shared/gpu-kernels.md section 2).
 //
-// Fast path (float32/bfloat16/float16, parameters of the input's type, 16-byte aligned rows):
+// Fast path (float32/bfloat16/float16; parameters of the input's type, or float32 for a 16-bit
+//   input; hidden size a multiple of the 16-byte vector):
 //   128-thread blocks; a group of threadsPerRow threads per row (8/16/32/64/128 by hidden size,
 //   QuACK's Hopper ladder), so a block holds 128 / threadsPerRow rows. Each thread loads its
 //   itemsPerThread 16-byte vectors of the row (interleaved across the group, so a warp's loads are
@@ -11,10 +12,13 @@
 //   with IEEE sqrt and division (the CPU kernel's formula, not rsqrt.approx). y = (x*rstd)*w + b
 //   (LayerNorm: ((x - mean)*rstd)*w + b) in
 //   float with one rounding to the output type, 16-byte stores. Vectors past the row's end are
-//   predicated off, so any hidden size divisible by the vector width works.
-// Fallback (float64, mixed parameter dtype, odd hidden sizes, misaligned pointers, rows too long
-//   for registers): one warp per row, scalar loads, x read twice (stats, then output; the second
-//   read mostly hits L1/L2). Same formulas, double accumulation for float64.
+//   predicated off, so any hidden size divisible by the vector width works. float32 parameters of
+//   a 16-bit input are two 16-byte loads per vector of x. A misaligned view (any pointer not
+//   16-byte aligned) takes the same kernel with element loads and stores: the same elements per
+//   thread and the same sums, so the same bits as an aligned copy.
+// Fallback (float64, hidden sizes off the vector width, rows too long for registers): one warp
+//   per row, scalar loads, x read twice (stats, then output; the second read mostly hits L1/L2).
+//   Same formulas, double accumulation for float64.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -76,15 +80,50 @@ __device__ __forceinline__ typename Convert<T>::Acc roundedSum(T x, T r) {
                                             static_cast<Acc>(Convert<T>::load(r))));
 }
 
+// The weight or bias values for one 16-byte vector of x: one 16-byte load when P is T, two when
+// T is 16-bit and P float32 (autocast-style parameters).
+template <typename P, int kN>
+struct alignas(16) ParamVec {
+  P v[kN];
+};
+
+// Vector `i` of `base` (vectors of V, elements of E): one vector access when the call's pointers
+// are all 16-byte aligned, element accesses otherwise. Which elements a thread holds, and so the
+// order of every sum, does not depend on the alignment: a misaligned view gets the bits of an
+// aligned copy (add_rms_norm on a view equals aten::add + rms_norm on the fresh sum).
+template <typename V, typename E>
+__device__ __forceinline__ V loadVector(const E* base, int64_t i, bool aligned) {
+  constexpr int kN = static_cast<int>(sizeof(V) / sizeof(E));
+  if (aligned) return reinterpret_cast<const V*>(base)[i];
+  V out;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) out.v[k] = base[i * kN + k];
+  return out;
+}
+
+template <typename V, typename E>
+__device__ __forceinline__ void storeVector(E* base, int64_t i, const V& v, bool aligned) {
+  constexpr int kN = static_cast<int>(sizeof(V) / sizeof(E));
+  if (aligned) {
+    reinterpret_cast<V*>(base)[i] = v;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) base[i * kN + k] = v.v[k];
+}
+
 // kAdd (add_rms_norm): the row is x + residual, rounded, written to `sum` as it is loaded; the
 // statistics and the output then see exactly what the unfused kernel would read back.
-template <typename T, int kTpr, int kItems, bool kLayer, bool kAdd>
+// P: the parameters' type, T or (16-bit T) float32.
+template <typename T, typename P, int kTpr, int kItems, bool kLayer, bool kAdd>
 __global__ void __launch_bounds__(kBlockThreads)
-    normRegisterRowKernel(const T* __restrict__ x, const T* __restrict__ weight,
-                          const T* __restrict__ bias, T* __restrict__ y, int64_t rows, int cols,
-                          float eps, const T* __restrict__ residual, T* __restrict__ sum) {
+    normRegisterRowKernel(const T* __restrict__ x, const P* __restrict__ weight,
+                          const P* __restrict__ bias, T* __restrict__ y, int64_t rows, int cols,
+                          float eps, const T* __restrict__ residual, T* __restrict__ sum,
+                          bool aligned) {
   using V = Vec16<T>;
   constexpr int kVec = V::kElements;
+  using W = ParamVec<P, kVec>;
   constexpr int kRowsPerBlock = kBlockThreads / kTpr;
   constexpr int kWarpsPerRow = kTpr > 32 ? kTpr / 32 : 1;
   __shared__ float partials[kRowsPerBlock * kWarpsPerRow];
@@ -94,24 +133,23 @@ __global__ void __launch_bounds__(kBlockThreads)
   // Threads of a row past the end stay to the end: the multi-warp reduction has block barriers.
   const bool rowValid = row < rows;
   const int vectorsPerRow = cols / kVec;
-  const V* xRow = reinterpret_cast<const V*>(x) + (rowValid ? row : 0) * vectorsPerRow;
+  const int64_t rowStart = (rowValid ? row : 0) * static_cast<int64_t>(cols);
 
   float v[kItems][kVec];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     const int idx = i * kTpr + lane;
     if (rowValid && idx < vectorsPerRow) {
-      const V raw = xRow[idx];
+      const V raw = loadVector<V>(x + rowStart, idx, aligned);
       if constexpr (kAdd) {
-        const int64_t at = row * vectorsPerRow + idx;
-        const V res = reinterpret_cast<const V*>(residual)[at];
+        const V res = loadVector<V>(residual + rowStart, idx, aligned);
         V s;
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           s.v[k] = Convert<T>::store(Convert<T>::load(raw.v[k]) + Convert<T>::load(res.v[k]));
           v[i][k] = Convert<T>::load(s.v[k]);
         }
-        reinterpret_cast<V*>(sum)[at] = s;
+        storeVector(sum + rowStart, idx, s, aligned);
       } else {
 #pragma unroll
         for (int k = 0; k < kVec; ++k) v[i][k] = Convert<T>::load(raw.v[k]);
@@ -155,29 +193,27 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   if (!rowValid) return;
 
-  const V* wVec = reinterpret_cast<const V*>(weight);
-  const V* bVec = reinterpret_cast<const V*>(bias);
-  V* yRow = reinterpret_cast<V*>(y) + row * vectorsPerRow;
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     const int idx = i * kTpr + lane;
     if (idx >= vectorsPerRow) continue;
-    V w, b, out;
-    if (weight) w = wVec[idx];
-    if (bias) b = bVec[idx];
+    W w, b;
+    if (weight) w = loadVector<W>(weight, idx, aligned);
+    if (bias) b = loadVector<W>(bias, idx, aligned);
+    V out;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       float t = (kLayer ? v[i][k] - mean : v[i][k]) * scale;
       if (weight && bias) {
-        t = fmaf(t, Convert<T>::load(w.v[k]), Convert<T>::load(b.v[k]));
+        t = fmaf(t, Convert<P>::load(w.v[k]), Convert<P>::load(b.v[k]));
       } else if (weight) {
-        t *= Convert<T>::load(w.v[k]);
+        t *= Convert<P>::load(w.v[k]);
       } else if (bias) {
-        t += Convert<T>::load(b.v[k]);
+        t += Convert<P>::load(b.v[k]);
       }
       out.v[k] = Convert<T>::store(t);
     }
-    yRow[idx] = out;
+    storeVector(y + rowStart, idx, out, aligned);
   }
 }
 
@@ -248,15 +284,15 @@ struct ItemLadder {
     ((chosen = (chosen == 0 && needed <= kItems) ? kItems : chosen), ...);
     return chosen;
   }
-  template <typename T, int kTpr, bool kLayer, bool kAdd>
-  static void launch(int items, const NormCudaCall& c, int64_t blocks, cudaStream_t stream) {
-    ((items == kItems
-          ? (normRegisterRowKernel<T, kTpr, kItems, kLayer, kAdd>
-             <<<blocks, kBlockThreads, 0, stream>>>(
-                 static_cast<const T*>(c.x), static_cast<const T*>(c.weight),
-                 static_cast<const T*>(c.bias), static_cast<T*>(c.y), c.rows,
+  template <typename T, typename P, int kTpr, bool kLayer, bool kAdd>
+  static void launch(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
+    ((plan.itemsPerThread == kItems
+          ? (normRegisterRowKernel<T, P, kTpr, kItems, kLayer, kAdd>
+             <<<plan.blocks, kBlockThreads, 0, stream>>>(
+                 static_cast<const T*>(c.x), static_cast<const P*>(c.weight),
+                 static_cast<const P*>(c.bias), static_cast<T*>(c.y), c.rows,
                  static_cast<int>(c.cols), static_cast<float>(c.eps),
-                 static_cast<const T*>(c.residual), static_cast<T*>(c.sum)),
+                 static_cast<const T*>(c.residual), static_cast<T*>(c.sum), plan.alignedVectors),
              0)
           : 0),
      ...);
@@ -314,17 +350,22 @@ int elementBytes(NormDtype t) {
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename T, bool kLayer, bool kAdd>
-void launchRegisterRow(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
-  const int items = plan.itemsPerThread;
+template <typename T, typename P, bool kLayer, bool kAdd>
+void launchRegisterRowKind(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
   switch (plan.threadsPerRow) {
-    case 8: return LadderFor<8>::type::launch<T, 8, kLayer, kAdd>(items, c, plan.blocks, stream);
-    case 16: return LadderFor<16>::type::launch<T, 16, kLayer, kAdd>(items, c, plan.blocks, stream);
-    case 32: return LadderFor<32>::type::launch<T, 32, kLayer, kAdd>(items, c, plan.blocks, stream);
-    case 64: return LadderFor<64>::type::launch<T, 64, kLayer, kAdd>(items, c, plan.blocks, stream);
-    default:
-      return LadderFor<128>::type::launch<T, 128, kLayer, kAdd>(items, c, plan.blocks, stream);
+    case 8: return LadderFor<8>::type::launch<T, P, 8, kLayer, kAdd>(plan, c, stream);
+    case 16: return LadderFor<16>::type::launch<T, P, 16, kLayer, kAdd>(plan, c, stream);
+    case 32: return LadderFor<32>::type::launch<T, P, 32, kLayer, kAdd>(plan, c, stream);
+    case 64: return LadderFor<64>::type::launch<T, P, 64, kLayer, kAdd>(plan, c, stream);
+    default: return LadderFor<128>::type::launch<T, P, 128, kLayer, kAdd>(plan, c, stream);
   }
+}
+
+template <typename T, typename P>
+void launchRegisterRow(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
+  if (c.layerNorm) return launchRegisterRowKind<T, P, true, false>(plan, c, stream);
+  if (c.residual != nullptr) return launchRegisterRowKind<T, P, false, true>(plan, c, stream);
+  launchRegisterRowKind<T, P, false, false>(plan, c, stream);
 }
 
 template <typename T, typename P>
@@ -354,9 +395,10 @@ template <typename T>
 void launchTyped(const NormCudaPlan& plan, const NormCudaCall& c, cudaStream_t stream) {
   if constexpr (!std::is_same_v<T, double>) {
     if (plan.registerRow) {
-      if (c.layerNorm) return launchRegisterRow<T, true, false>(plan, c, stream);
-      if (c.residual != nullptr) return launchRegisterRow<T, false, true>(plan, c, stream);
-      return launchRegisterRow<T, false, false>(plan, c, stream);
+      if constexpr (!std::is_same_v<T, float>) {
+        if (c.paramType == NormDtype::kFloat32) return launchRegisterRow<T, float>(plan, c, stream);
+      }
+      return launchRegisterRow<T, T>(plan, c, stream);
     }
   }
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
@@ -371,10 +413,14 @@ NormCudaPlan planNorm(const NormCudaCall& c) {
   NormCudaPlan plan;
   const int bytes = elementBytes(c.dataType);
   const int vec = 16 / bytes;
-  const bool vectorizable = c.dataType != NormDtype::kFloat64 && c.paramType == c.dataType &&
-                            c.cols % vec == 0 && aligned16(c.x) && aligned16(c.y) &&
-                            aligned16(c.weight) && aligned16(c.bias) &&
-                            aligned16(c.residual) && aligned16(c.sum);
+  const bool reduced = c.dataType == NormDtype::kBFloat16 || c.dataType == NormDtype::kFloat16;
+  const bool paramsFit =
+      c.paramType == c.dataType || (reduced && c.paramType == NormDtype::kFloat32);
+  // Alignment picks the load instructions only, never the path: the path fixes the order of the
+  // row sums, and add_rms_norm on a misaligned view must give aten::add + rms_norm's bits.
+  const bool vectorizable = c.dataType != NormDtype::kFloat64 && paramsFit && c.cols % vec == 0;
+  plan.alignedVectors = aligned16(c.x) && aligned16(c.y) && aligned16(c.weight) &&
+                        aligned16(c.bias) && aligned16(c.residual) && aligned16(c.sum);
   if (vectorizable) {
     const int tpr = threadsPerRowFor(c.cols);
     const int64_t vectors = c.cols / vec;

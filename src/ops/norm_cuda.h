@@ -33,6 +33,7 @@ struct NormCudaPlan {
   int threadsPerRow = 0;
   int itemsPerThread = 0;  // 16-byte vectors per thread (register path)
   int vectorElements = 0;  // elements per 16-byte vector (register path)
+  bool alignedVectors = false;  // every pointer 16-byte aligned: vector loads (else element loads)
   int rowsPerBlock = 0;
   int64_t blocks = 0;
 };

@@ -31,6 +31,14 @@ struct BenchNormOptions {
   double eps = 1e-5;
   bool flushL2 = true;  // CUDA only
   int threads = 0;      // CPU intra-op threads; 0: LibTorch's default
+  // Instruction set of our CPU kernels for the run: auto (the library's choice), avx512, avx2 or
+  // portable; one this CPU lacks is a SettingError("cpu-isa"). ATen's own kernels are untouched,
+  // so the copy and aten variants stay the same between runs that differ only here.
+  std::string cpuIsa = "auto";
+  // Weight and bias in float32 whatever the input's dtype (autocast-style 16-bit models; on the
+  // CPU our kernels take such parameters as they are, on CUDA the register path loads them as two
+  // 16-byte vectors per vector of x). Off: the input's dtype.
+  bool float32Params = false;
 };
 
 struct VariantTiming {
@@ -53,6 +61,7 @@ struct BenchNormCase {
 
 struct BenchNormReport {
   std::string device;
+  bool float32Params = false;
   int threads = 0;
   std::string cpuKernelIsa;
   bool l2Flushed = false;
