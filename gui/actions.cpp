@@ -121,6 +121,7 @@ void reanalyze(App& app) {
       ui.analyses.push_back(recordOf(*model));
       ui.fold = {};
       ui.fold.available = model->analysis.foldableCount() > 0;
+      const bool showedFolded = ui.showFolded;
       ui.showFolded = false;
       ui.bench.report.reset();
       ui.bench.error.clear();
@@ -129,7 +130,13 @@ void reanalyze(App& app) {
       ui.selectedLn = -1;
       ui.highlight = {};
       ui.fullScene.reset();  // its roles and summaries are the old analysis'
-      startLayout(app, ui.scene.expanded);
+      if (showedFolded) {  // the canvas held the folded graph: its blocks are not the original's
+        ui.scene = {};
+        ui.camera = {};
+        startLayout(app, {}, /*initial=*/true);
+      } else {
+        startLayout(app, ui.scene.expanded);
+      }
       if (selected >= 0) selectLayerNorm(app, selected, /*centerView=*/false);
       ui.statusMessage = "analysed again in " + std::to_string(model->analysisSeconds).substr(0, 4) + " s: " +
                          std::to_string(model->analysis.foldableCount()) + " of " +

@@ -1,4 +1,4 @@
-// foldnorm-gui [MODEL.pt] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
+// foldnorm-gui [MODEL.pt|MODEL.pt2] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
 //              [--dump-state STATE.json] [--export-view VIEW.svg|png]] [--bench [--bench-seq 64,128] [--bench-reps N]
 //              [--bench-device cpu|cuda]] [--fold [--show-folded] [--save-folded OUT]]
 //              [--no-scale-absorb] [--no-insert-centering] [--toggle-scale-absorb] [--toggle-insert-centering]
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputSpecs;
   HeadlessOptions headless;
   int width = 1600, height = 1000;
-  cli.add_option("model", modelPath, "TorchScript file (.pt) to open");
+  cli.add_option("model", modelPath, "TorchScript file (.pt) or torch.export archive (.pt2) to open");
   cli.add_option("--input,-i", inputSpecs,
                  "Example input SHAPE:DTYPE[lo,hi), repeatable (default: the model's own spec)")
       ->take_all();
