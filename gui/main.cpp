@@ -85,14 +85,23 @@ int main(int argc, char** argv) {
                "With --fold: then show the folded graph on the canvas");
   cli.add_option("--save-folded", headless.saveFolded,
                  "With --fold: then save the folded model here, as the Fold panel's Save button does");
-  cli.add_flag("--no-scale-absorb", headless.noScaleAbsorb,
-               "Start with the analysis setting 'absorb per-channel scales' off");
-  cli.add_flag("--no-insert-centering", headless.noInsertCentering,
-               "Start with the analysis setting 'insert one centering where it frees a stream' off");
-  cli.add_flag("--toggle-scale-absorb", headless.toggleScaleAbsorb,
-               "Once laid out, flip 'absorb per-channel scales' as its checkbox does (a new analysis)");
-  cli.add_flag("--toggle-insert-centering", headless.toggleInsertCentering,
-               "Once laid out, flip 'insert one centering where it frees a stream' as its checkbox does");
+  // The analysis settings (the LayerNorms window's checkboxes): off at start, or flipped once the
+  // model is laid out as a click would (one new analysis).
+  const struct {
+    const char* name;
+    bool* off;
+    bool* toggle;
+    const char* setting;
+  } settings[] = {
+      {"scale-absorb", &headless.noScaleAbsorb, &headless.toggleScaleAbsorb, "absorb per-channel scales"},
+      {"insert-centering", &headless.noInsertCentering, &headless.toggleInsertCentering,
+       "insert one centering where it frees a stream"},
+  };
+  for (const auto& s : settings) {
+    cli.add_flag(std::string("--no-") + s.name, *s.off, std::string("Start with '") + s.setting + "' off");
+    cli.add_flag(std::string("--toggle-") + s.name, *s.toggle,
+                 std::string("Once laid out, flip '") + s.setting + "' as its checkbox does");
+  }
   cli.add_option("--width", width, "Window width")->capture_default_str();
   cli.add_option("--height", height, "Window height")->capture_default_str();
   CLI11_PARSE(cli, argc, argv);

@@ -401,8 +401,10 @@ void DrawBench(App& app) {
   std::string settings = r.device + " " + r.dtype + ", " + std::to_string(r.threads) +
                          " threads, " + std::to_string(r.reps) + " rounds after " +
                          std::to_string(r.warmup) + " warm-up; " +
-                         std::to_string(r.foldedLayerNorms) + " LNs folded, float64 error " +
-                         scientific(r.worstRelative64);
+                         std::to_string(r.foldedLayerNorms) + " LNs folded (" +
+                         (r.rmsOp == "aten" ? "aten::rms_norm" : "foldnorm::rms_norm") + "), float64 error " +
+                         scientific(r.worstRelative64) + "; runner " + r.runner +
+                         (r.runner == "interpreter" ? " (the times are the .pt2 interpreter's)" : "");
   if (r.loadBefore >= 0) {
     char load[64];
     std::snprintf(load, sizeof load, "; load %.1f -> %.1f", r.loadBefore, r.loadAfter);
