@@ -24,6 +24,11 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+AnalysisRecord recordOf(const LoadedModel& m) {
+  return {m.analysisOptions.scaleAbsorb, m.analysisOptions.insertCentering, m.analysis.layerNorms.size(),
+          m.analysis.foldableCount(), m.analysisSeconds};
+}
+
 }  // namespace
 
 std::vector<std::string> splitInputSpecs(const std::string& text) {
@@ -47,23 +52,26 @@ void openModel(App& app, const std::string& path, const std::vector<std::string>
     ui.errorMessage = e.what();
     return;
   }
+  const AnalysisOptions analysisOptions = ui.analysisOptions;
   app.modelWorker.submit("open " + path, [=](const Worker::Progress& progress) -> Worker::Completion {
     auto model = std::make_shared<LoadedModel>();
     model->inputSpecs = inputSpecs;
+    model->analysisOptions = analysisOptions;
     ImportOptions options;
     options.inputs = specs;
     options.progress = progress;
     auto t0 = std::chrono::steady_clock::now();
-    model->imported = importModel(path, options);
+    model->import = std::make_shared<const ImportedModel>(importModel(path, options));
     model->importSeconds = secondsSince(t0);
-    progress("analysing " + std::to_string(model->imported.graph.nodeCount()) + " nodes");
+    progress("analysing " + std::to_string(model->imported().graph.nodeCount()) + " nodes");
     t0 = std::chrono::steady_clock::now();
-    model->analysis = analyzeFoldability(model->imported.graph);
+    model->analysis = analyzeFoldability(model->imported().graph, analysisOptions);
     model->analysisSeconds = secondsSince(t0);
     return [model, generation](App& app) {
       UiState& ui = app.ui;
       if (ui.generation != generation) return;
       ui.model = model;
+      ui.analyses = {recordOf(*model)};
       ui.loadingPath.clear();
       ui.selectedLn = -1;
       ui.selectedNode = kNone;
@@ -86,6 +94,57 @@ void openModel(App& app, const std::string& path, const std::vector<std::string>
   });
 }
 
+// A change of the analysis settings: the same import analysed again on the model worker (the
+// status bar shows its progress), then everything that came from the old analysis is replaced: the
+// LN table and the canvas's verdicts follow, the selection keeps its LN (same graph, same LN order)
+// with a new explanation, and a fold or benchmark of the old plan is dropped (the generation moves
+// on, so one still running is dropped on arrival too).
+void reanalyze(App& app) {
+  UiState& ui = app.ui;
+  if (!ui.model) return;
+  const auto old = ui.model;
+  const uint64_t generation = ui.generation;
+  const AnalysisOptions options = ui.analysisOptions;
+  app.modelWorker.submit("analyse", [=](const Worker::Progress& progress) -> Worker::Completion {
+    progress(std::string("analysing with scale absorption ") + (options.scaleAbsorb ? "on" : "off") +
+             ", inserted centering " + (options.insertCentering ? "on" : "off"));
+    auto model = std::make_shared<LoadedModel>(*old);
+    model->analysisOptions = options;
+    const auto t0 = std::chrono::steady_clock::now();
+    model->analysis = analyzeFoldability(model->imported().graph, options);
+    model->analysisSeconds = secondsSince(t0);
+    return [model, generation](App& app) {
+      UiState& ui = app.ui;
+      if (ui.generation != generation) return;
+      ++ui.generation;
+      ui.model = model;
+      ui.analyses.push_back(recordOf(*model));
+      ui.fold = {};
+      ui.fold.available = model->analysis.foldableCount() > 0;
+      const bool showedFolded = ui.showFolded;
+      ui.showFolded = false;
+      ui.bench.report.reset();
+      ui.bench.error.clear();
+      ui.bench.seconds = 0;
+      const int selected = ui.selectedLn;
+      ui.selectedLn = -1;
+      ui.highlight = {};
+      ui.fullScene.reset();  // its roles and summaries are the old analysis'
+      if (showedFolded) {  // the canvas held the folded graph: its blocks are not the original's
+        ui.scene = {};
+        ui.camera = {};
+        startLayout(app, {}, /*initial=*/true);
+      } else {
+        startLayout(app, ui.scene.expanded);
+      }
+      if (selected >= 0) selectLayerNorm(app, selected, /*centerView=*/false);
+      ui.statusMessage = "analysed again in " + std::to_string(model->analysisSeconds).substr(0, 4) + " s: " +
+                         std::to_string(model->analysis.foldableCount()) + " of " +
+                         std::to_string(model->analysis.layerNorms.size()) + " LNs fold";
+    };
+  });
+}
+
 void selectNode(App& app, NodeId node) { app.ui.selectedNode = node; }
 
 void selectLayerNorm(App& app, int index, bool centerView) {
@@ -100,7 +159,7 @@ void selectLayerNorm(App& app, int index, bool centerView) {
   if (ui.showFolded) showFoldedGraph(app, false);  // LN indices and node ids are the original's
   ui.selectedLn = index;
   ui.selectedNode = lns[index].info.node;
-  ui.highlight = computeHighlight(ui.model->imported.graph, ui.model->analysis, index);
+  ui.highlight = computeHighlight(ui.model->imported().graph, ui.model->analysis, index);
   ui.scrollTableToSelection = true;
   const LayerNormVerdict& v = lns[index];
   if (centerView) {
@@ -132,7 +191,7 @@ void saveReport(App& app, const std::string& path) {
     ui.errorMessage = "cannot write " + path + "; choose a writable path";
     return;
   }
-  out << toJson(ui.model->imported.graph, ui.model->analysis, ui.model->imported.path).dump(2)
+  out << toJson(ui.model->imported().graph, ui.model->analysis, ui.model->imported().path).dump(2)
       << "\n";
   ui.statusMessage = "report saved to " + path;
 }
@@ -156,7 +215,7 @@ void exportImage(App& app, const std::string& path) {
     caption = "selected " + v.info.modulePath + ": " + verdictSentence(v);
   }
   auto scene = std::make_shared<render::Scene>(sceneForExport(ui.scene, highlight, caption));
-  const std::string modelPath = ui.model->imported.path;
+  const std::string modelPath = ui.model->imported().path;
   const uint64_t generation = ui.generation;
   app.layoutWorker.submit("export " + path, [=](const Worker::Progress& progress) -> Worker::Completion {
     progress("Graphviz rendering " + std::to_string(scene->nodes.size()) + " nodes");
@@ -223,9 +282,9 @@ void startBench(App& app) {
       });
       std::ostream out(&lines);
       try {
-        const auto folded = bench::foldForBench(model->imported, model->analysis, options, out);
+        // Either kind of model (a .pt2 runs on the interpreter), under the analysis shown.
         report = std::make_shared<const bench::ModelBenchReport>(
-            bench::runModelBench(model->imported, folded, options, out));
+            bench::benchModel(model->imported(), model->analysis, options, out));
       } catch (const std::exception& e) {
         error = e.what();
         if (auto nl = error.find('\n'); nl != std::string::npos) error.resize(nl);

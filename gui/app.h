@@ -25,10 +25,13 @@
 
 namespace foldnorm::gui {
 
-/// A model after import and analysis; immutable once built, shared with worker tasks.
+/// A model after import and analysis; immutable once built, shared with worker tasks. A change of
+/// the analysis settings makes a new one (same import, new analysis).
 struct LoadedModel {
-  ImportedModel imported;
+  std::shared_ptr<const ImportedModel> import;  // one import, shared by every analysis of the file
+  const ImportedModel& imported() const { return *import; }
   AnalysisResult analysis;
+  AnalysisOptions analysisOptions;      // what `analysis` was made with
   std::vector<std::string> inputSpecs;  // as typed (empty: the model's embedded spec)
   double importSeconds = 0;
   double analysisSeconds = 0;
@@ -68,6 +71,8 @@ struct PathPrompt {  // "save report as", "export image as"
 
 struct FoldState {
   bool available = false;  // the model has something to fold
+  std::shared_ptr<const bench::ModelFold> result;  // the fold itself (TorchScript or .pt2), for saving
+  std::string savedPath;                    // where Save folded model last wrote it
   std::optional<std::string> summary;       // one line
   std::vector<std::string> details;         // the verification's summary lines
   std::vector<OutputCheck> checks;          // the verification table: one row per output and dtype
@@ -100,7 +105,21 @@ struct BenchState {
   int inFlight = 0;              // runs submitted and not yet completed (any model)
 };
 
+/// One analysis of the open model (the first at open, one more per change of the settings), for
+/// the dump and the tests.
+struct AnalysisRecord {
+  bool scaleAbsorb = true;
+  bool insertCentering = true;
+  std::size_t layerNorms = 0;
+  std::size_t foldable = 0;
+  double seconds = 0;
+};
+
 struct UiState {
+  // ---- analysis settings (the LayerNorms window's checkboxes; kept across models) ----
+  AnalysisOptions analysisOptions;  // scaleAbsorb, insertCentering: both on, as the CLI's defaults
+  std::vector<AnalysisRecord> analyses;  // of the open model, oldest first
+
   // ---- model ----
   std::shared_ptr<const LoadedModel> model;
   uint64_t generation = 0;  // bumped on every open; stale completions compare it
@@ -123,6 +142,7 @@ struct UiState {
   OpenDialogState open;
   PathPrompt saveReport;
   PathPrompt exportImage;
+  PathPrompt saveFolded;
 
   // ---- LN table ----
   std::string lnSearch;
@@ -165,7 +185,9 @@ void selectNode(App& app, NodeId node);
 bool selectLayerNormByPath(App& app, const std::string& modulePath);
 void saveReport(App& app, const std::string& path);
 void exportImage(App& app, const std::string& path);
+void reanalyze(App& app);            // analyses the open model again with ui.analysisOptions (worker)
 void startFold(App& app);
+void saveFoldedModel(App& app, const std::string& path);  // the last fold, atomically (worker)
 void showFoldedGraph(App& app, bool folded);  // switches the canvas between original and folded
 void startBench(App& app);
 bool benchRunning(const App& app);  // a benchmark is running or queued on the model worker

@@ -24,7 +24,7 @@ void place(ImVec2 pos, ImVec2 size) {
 
 std::string defaultOutputPath(const UiState& ui, const char* suffix) {
   if (!ui.model) return suffix;
-  std::string base = ui.model->imported.path;
+  std::string base = ui.model->imported().path;
   auto dot = base.rfind('.');
   if (dot != std::string::npos && base.find('/', dot) == std::string::npos) base.resize(dot);
   return base + suffix;
@@ -120,7 +120,7 @@ void DrawMainMenu(App& app) {
   if (ui.model) {
     const auto& r = ui.model->analysis;
     ImGui::SameLine(ImGui::GetWindowWidth() * 0.5f);
-    ImGui::TextDisabled("%s", ui.model->imported.path.c_str());
+    ImGui::TextDisabled("%s", ui.model->imported().path.c_str());
     ImGui::SameLine();
     ImGui::TextColored(r.foldableCount() == r.layerNorms.size() ? palette::kFoldableText
                                                                  : palette::kDimText,
@@ -170,7 +170,8 @@ void DrawPathPrompts(App& app) {
     void (*act)(App&, const std::string&);
   };
   Prompt prompts[] = {{&ui.saveReport, "Save report", "Save", saveReport},
-                      {&ui.exportImage, "Export view (.svg, .png, .pdf, .dot)", "Export", exportImage}};
+                      {&ui.exportImage, "Export view (.svg, .png, .pdf, .dot)", "Export", exportImage},
+                      {&ui.saveFolded, "Save folded model", "Save", saveFoldedModel}};
   for (auto& p : prompts) {
     if (!p.prompt->visible) continue;
     const ImVec2 display = ImGui::GetIO().DisplaySize;

@@ -20,7 +20,9 @@ HeadlessRun::HeadlessRun(HeadlessOptions options)
 bool HeadlessRun::ready(const App& app) const {
   if (!app.modelWorker.idle() || !app.layoutWorker.idle()) return false;
   if (!app.ui.errorMessage.empty()) return true;  // show the error, then fail
+  if (app.ui.analyses.size() < options_.analysesExpected()) return false;
   if (options_.bench && !app.ui.bench.report) return false;
+  if (!options_.saveFolded.empty() && app.ui.fold.savedPath.empty()) return false;
   if ((options_.fold || options_.showFolded) && !app.ui.fold.summary) return false;
   if (options_.showFolded && !app.ui.showFolded) return !app.ui.fold.foldedError.empty();
   return app.ui.model && !app.ui.scene.empty() && app.ui.camera.centerOn == kNone &&
@@ -134,13 +136,21 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
   j["error"] = ui.errorMessage;
   if (ui.model) {
     const auto& r = ui.model->analysis;
-    j["model"] = {{"path", ui.model->imported.path},
-                  {"nodes", ui.model->imported.graph.nodeCount()},
+    j["model"] = {{"path", ui.model->imported().path},
+                  {"nodes", ui.model->imported().graph.nodeCount()},
                   {"layerNorms", r.layerNorms.size()},
                   {"foldable", r.foldableCount()},
                   {"importSeconds", ui.model->importSeconds},
                   {"analysisSeconds", ui.model->analysisSeconds}};
   }
+  j["analysisSettings"] = {{"scaleAbsorb", ui.analysisOptions.scaleAbsorb},
+                           {"insertCentering", ui.analysisOptions.insertCentering}};
+  nlohmann::json analyses = nlohmann::json::array();
+  for (const AnalysisRecord& a : ui.analyses) {
+    analyses.push_back({{"scaleAbsorb", a.scaleAbsorb}, {"insertCentering", a.insertCentering},
+                        {"layerNorms", a.layerNorms}, {"foldable", a.foldable}, {"seconds", a.seconds}});
+  }
+  j["analyses"] = analyses;
   if (ui.model && ui.selectedLn >= 0) {
     const LayerNormVerdict& v = ui.model->analysis.layerNorms[ui.selectedLn];
     j["selectedLn"] = {{"modulePath", v.info.modulePath},
@@ -166,9 +176,11 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
                {"verified", ui.fold.verified},
                {"equivalent", ui.fold.equivalent},
                {"verificationRows", ui.fold.checks.size()},
-               {"foldedGraphNodes", ui.fold.folded ? ui.fold.folded->imported.graph.nodeCount() : 0},
+               {"foldedGraphNodes", ui.fold.folded ? ui.fold.folded->imported().graph.nodeCount() : 0},
                {"foldedError", ui.fold.foldedError},
                {"showFolded", ui.showFolded},
+               {"inserted", ui.fold.result ? ui.fold.result->report().inserted.size() : 0},
+               {"savedPath", ui.fold.savedPath},
                {"marks", ui.scene.foldedMarks}};
   std::size_t boxes = 0, grouped = 0, collapsedBlocks = 0;
   nlohmann::json blocks = nlohmann::json::array();

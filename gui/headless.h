@@ -26,6 +26,13 @@ struct HeadlessOptions {
   // --fold: Fold and verify once laid out; --show-folded: then show the folded graph.
   bool fold = false;
   bool showFolded = false;
+  std::string saveFolded;          // --save-folded: then save the fold there (waits for the write)
+  // Analysis settings: at start (--no-*), and flipped once laid out (--toggle-*: one new analysis).
+  bool noScaleAbsorb = false;
+  bool noInsertCentering = false;
+  bool toggleScaleAbsorb = false;
+  bool toggleInsertCentering = false;
+  std::size_t analysesExpected() const { return toggleScaleAbsorb || toggleInsertCentering ? 2 : 1; }
   bool enabled() const { return !screenshot.empty(); }
 };
 

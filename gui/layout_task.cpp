@@ -30,8 +30,8 @@ void startLayout(App& app, const std::set<int>& expandedIn, bool initial, bool r
       render::SceneOptions options;
       options.legend = false;
       auto scene = std::make_shared<render::Scene>(
-          render::buildScene(model->imported.graph, model->analysis, options));
-      if (folded) markCounts = render::markFoldedScene(*scene, model->imported.graph, marks);
+          render::buildScene(model->imported().graph, model->analysis, options));
+      if (folded) markCounts = render::markFoldedScene(*scene, model->imported().graph, marks);
       fullScene = scene;
     }
     // Timed from here: the full scene is built once per model, a re-layout is what follows.
@@ -43,7 +43,7 @@ void startLayout(App& app, const std::set<int>& expandedIn, bool initial, bool r
     progress("Graphviz dot on " + std::to_string(collapsed.scene.nodes.size()) + " nodes");
     const render::SceneLayout layout = render::layoutScene(collapsed.scene);
     auto canvas = std::make_shared<CanvasScene>(
-        toCanvasScene(*fullScene, collapsed, layout, model->imported.graph.nodeCount()));
+        toCanvasScene(*fullScene, collapsed, layout, model->imported().graph.nodeCount()));
     canvas->generation = generation;
     canvas->serial = serial;
     canvas->expanded = expanded;

@@ -1,6 +1,7 @@
-// foldnorm-gui [MODEL.pt] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
+// foldnorm-gui [MODEL.pt|MODEL.pt2] [--input SPEC]... [--screenshot OUT.png [--select LN] [--frames N]
 //              [--dump-state STATE.json] [--export-view VIEW.svg|png]] [--bench [--bench-seq 64,128] [--bench-reps N]
-//              [--bench-device cpu|cuda]]
+//              [--bench-device cpu|cuda]] [--fold [--show-folded] [--save-folded OUT]]
+//              [--no-scale-absorb] [--no-insert-centering] [--toggle-scale-absorb] [--toggle-insert-centering]
 // Only the platform here: command line, GLFW window, OpenGL context, Dear ImGui backends and the
 // frame loop. What a frame shows is frame.cpp; the windows are view_*.cpp.
 #include <GLFW/glfw3.h>
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputSpecs;
   HeadlessOptions headless;
   int width = 1600, height = 1000;
-  cli.add_option("model", modelPath, "TorchScript file (.pt) to open");
+  cli.add_option("model", modelPath, "TorchScript file (.pt) or torch.export archive (.pt2) to open");
   cli.add_option("--input,-i", inputSpecs,
                  "Example input SHAPE:DTYPE[lo,hi), repeatable (default: the model's own spec)")
       ->take_all();
@@ -82,11 +83,34 @@ int main(int argc, char** argv) {
   cli.add_flag("--fold", headless.fold, "Fold and verify once the model is laid out");
   cli.add_flag("--show-folded", headless.showFolded,
                "With --fold: then show the folded graph on the canvas");
+  cli.add_option("--save-folded", headless.saveFolded,
+                 "With --fold: then save the folded model here, as the Fold panel's Save button does");
+  // The analysis settings (the LayerNorms window's checkboxes): off at start, or flipped once the
+  // model is laid out as a click would (one new analysis).
+  const struct {
+    const char* name;
+    bool* off;
+    bool* toggle;
+    const char* setting;
+  } settings[] = {
+      {"scale-absorb", &headless.noScaleAbsorb, &headless.toggleScaleAbsorb, "absorb per-channel scales"},
+      {"insert-centering", &headless.noInsertCentering, &headless.toggleInsertCentering,
+       "insert one centering where it frees a stream"},
+  };
+  for (const auto& s : settings) {
+    cli.add_flag(std::string("--no-") + s.name, *s.off, std::string("Start with '") + s.setting + "' off");
+    cli.add_flag(std::string("--toggle-") + s.name, *s.toggle,
+                 std::string("Once laid out, flip '") + s.setting + "' as its checkbox does");
+  }
   cli.add_option("--width", width, "Window width")->capture_default_str();
   cli.add_option("--height", height, "Window height")->capture_default_str();
   CLI11_PARSE(cli, argc, argv);
   if (!headless.screenshot.empty() && modelPath.empty()) {
-    std::cerr << "foldnorm-gui: error: --screenshot needs a MODEL.pt to show\n";
+    std::cerr << "foldnorm-gui: error: --screenshot needs a MODEL.pt or MODEL.pt2 to show\n";
+    return 2;
+  }
+  if (!headless.saveFolded.empty() && !headless.fold && !headless.showFolded) {
+    std::cerr << "foldnorm-gui: error: --save-folded needs --fold (it saves that fold)\n";
     return 2;
   }
 
@@ -142,6 +166,10 @@ int main(int argc, char** argv) {
     bool pendingBench = headless.bench && !modelPath.empty();
     bool pendingFold = (headless.fold || headless.showFolded) && !modelPath.empty();
     bool pendingShowFolded = headless.showFolded;
+    bool pendingToggle = headless.toggleScaleAbsorb || headless.toggleInsertCentering;
+    bool pendingSave = !headless.saveFolded.empty();
+    app.ui.analysisOptions.scaleAbsorb = !headless.noScaleAbsorb;
+    app.ui.analysisOptions.insertCentering = !headless.noInsertCentering;
     if (!modelPath.empty()) openModel(app, modelPath, inputSpecs);
     else app.ui.open.visible = app.ui.open.focusPath = true;
     HeadlessRun run(headless);
@@ -165,10 +193,20 @@ int main(int argc, char** argv) {
         }
         pendingSelect.clear();
       }
+      const bool laidOut = app.ui.model && pendingSelect.empty() && app.layoutWorker.idle() && !app.ui.scene.empty();
+      // --toggle-*: first, once laid out, as the checkboxes would; the fold and the benchmark
+      // below wait for the new analysis (they use it).
+      if (pendingToggle && laidOut && app.modelWorker.idle()) {
+        pendingToggle = false;
+        if (headless.toggleScaleAbsorb) app.ui.analysisOptions.scaleAbsorb = !app.ui.analysisOptions.scaleAbsorb;
+        if (headless.toggleInsertCentering)
+          app.ui.analysisOptions.insertCentering = !app.ui.analysisOptions.insertCentering;
+        reanalyze(app);
+      }
+      const bool analysed = !pendingToggle && app.modelWorker.idle();
       // --bench: once the model is laid out (Graphviz no longer competes for the CPU) and the
       // CUDA probe has answered.
-      if (pendingBench && app.ui.model && pendingSelect.empty() && app.layoutWorker.idle() &&
-          !app.ui.scene.empty() && app.ui.bench.cudaProbed) {
+      if (pendingBench && laidOut && analysed && app.ui.bench.cudaProbed) {
         pendingBench = false;
         const auto devices = app.ui.bench.devices();
         const auto it = std::find(devices.begin(), devices.end(), headless.benchDevice);
@@ -184,8 +222,7 @@ int main(int argc, char** argv) {
       }
 
       // --fold / --show-folded: once laid out, as the Fold panel's button and toggle would.
-      if (pendingFold && app.ui.model && pendingSelect.empty() && app.layoutWorker.idle() &&
-          !app.ui.scene.empty() && app.modelWorker.idle()) {
+      if (pendingFold && laidOut && analysed) {
         pendingFold = false;
         if (app.ui.model->analysis.foldableCount() == 0) app.ui.errorMessage = "--fold: no LayerNorm folds";
         else startFold(app);
@@ -193,6 +230,10 @@ int main(int argc, char** argv) {
       if (pendingShowFolded && app.ui.fold.folded) {
         pendingShowFolded = false;
         showFoldedGraph(app, true);
+      }
+      if (pendingSave && !pendingFold && app.ui.fold.summary && app.modelWorker.idle()) {
+        pendingSave = false;
+        saveFoldedModel(app, headless.saveFolded);
       }
 
       ImGui_ImplOpenGL3_NewFrame();

@@ -34,7 +34,7 @@ std::vector<std::string> listDirectory(const std::string& directory, std::string
     const std::string name = entry.path().filename().string();
     std::error_code typeError;
     if (entry.is_directory(typeError)) dirs.push_back(name + "/");
-    else if (entry.path().extension() == ".pt") files.push_back(name);
+    else if (entry.path().extension() == ".pt" || entry.path().extension() == ".pt2") files.push_back(name);
   }
   std::sort(dirs.begin(), dirs.end());
   std::sort(files.begin(), files.end());

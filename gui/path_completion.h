@@ -11,7 +11,7 @@ namespace foldnorm::gui {
 std::string directoryPart(const std::string& typed);
 std::string basenamePart(const std::string& typed);
 std::string joinPath(const std::string& directory, const std::string& entry);
-/// Directories (with a trailing '/') and .pt files, sorted, directories first; hidden entries
+/// Directories (with a trailing '/') and model files (.pt, .pt2), sorted, directories first; hidden entries
 /// only when asked for by a leading '.'. On failure returns nothing and sets `error`.
 std::vector<std::string> listDirectory(const std::string& directory, std::string* error);
 /// The typed path extended by the longest common prefix of the matching entries.

@@ -17,6 +17,7 @@
 #include "app.h"
 #include "bench_support.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/import/input_spec.h"
 #include "layout_task.h"
 #include "palette.h"
@@ -155,6 +156,9 @@ void drawVerificationTable(UiState& ui) {
 
 }  // namespace
 
+// Fold and verify on the model worker, under the analysis shown (its settings included): a
+// TorchScript model through foldModel, a .pt2 through foldExport (the portable aten::rms_norm
+// form, as `foldnorm fold X.pt2` writes by default), both verified in float32 and float64.
 void startFold(App& app) {
   UiState& ui = app.ui;
   if (!ui.model) return;
@@ -163,10 +167,12 @@ void startFold(App& app) {
   app.modelWorker.submit("fold", [=](const Worker::Progress& progress) -> Worker::Completion {
     FoldOptions options;
     options.progress = progress;
-    FoldedModel folded = foldModel(model->imported, model->analysis, options);
-    const FoldReport& r = folded.report;
+    options.rmsOp = model->imported().exported ? RmsOp::Aten : RmsOp::Foldnorm;
+    auto fold = std::make_shared<const bench::ModelFold>(bench::foldAnyModel(model->imported(), model->analysis, options));
+    const FoldReport& r = fold->report();
     FoldState state;
     state.available = true;
+    state.result = fold;
     state.verified = r.verification.ran;
     state.equivalent = r.verification.float64Equivalent && r.verification.predictionsUnchanged;
     state.summary = "folded " + std::to_string(r.folded.size()) + " LNs, kept " +
@@ -174,7 +180,9 @@ void startFold(App& app) {
                     std::to_string(r.centered.size()) + " parameters" +
                     (r.untied.empty() ? std::string()
                                       : ", untied " + std::to_string(r.untied.size()) + " (" +
-                                            std::to_string(r.untieBytes / 1024) + " KiB)");
+                                            std::to_string(r.untieBytes / 1024) + " KiB)") +
+                    (r.inserted.empty() ? std::string() : ", inserted " + std::to_string(r.inserted.size()) +
+                                                              " centering(s)");
     const Verification& v = r.verification;
     if (v.ran) {
       state.details.push_back(std::to_string(v.runs) + " input sets on " + v.device +
@@ -182,22 +190,22 @@ void startFold(App& app) {
                               ", float32 " + scientific(v.worstRelative32));
     }
     state.checks = v.checks;
-    // The folded graph for the canvas: the folded module written as the CLI writes it and read
+    // The folded graph for the canvas: the folded model written as the CLI writes it and read
     // back by the importer, so the picture is of the file `foldnorm fold` would save.
     if (!r.folded.empty()) {
       namespace fs = std::filesystem;
       const fs::path tmp = fs::temp_directory_path() /
                            ("foldnorm-gui-folded-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(generation) + ".pt");
+                            std::to_string(generation) + bench::foldedExtension(model->imported()));
       try {
         progress("importing the folded model for the canvas");
-        saveFolded(folded, model->imported, tmp.string());
+        bench::saveModelFold(*fold, model->imported(), tmp.string());
         auto loaded = std::make_shared<LoadedModel>();
         ImportOptions importOptions;
         for (const auto& spec : model->inputSpecs) importOptions.inputs.push_back(parseInputSpec(spec));
-        loaded->imported = importTorchScript(tmp.string(), importOptions);
+        loaded->import = std::make_shared<const ImportedModel>(importModel(tmp.string(), importOptions));
         loaded->inputSpecs = model->inputSpecs;
-        state.marks = render::foldedMarksFor(model->imported.graph, model->analysis, loaded->imported.graph);
+        state.marks = render::foldedMarksFor(model->imported().graph, model->analysis, loaded->imported().graph);
         state.folded = loaded;
       } catch (const std::exception& e) {
         state.foldedError = e.what();
@@ -209,6 +217,30 @@ void startFold(App& app) {
     return [state, generation](App& app) {
       if (app.ui.generation != generation) return;
       app.ui.fold = state;
+    };
+  });
+}
+
+// Writes the last fold where the user asked, on the model worker: atomically (a temporary file,
+// then a rename), never over the input; only a fold that passed its verification.
+void saveFoldedModel(App& app, const std::string& path) {
+  UiState& ui = app.ui;
+  if (!ui.model || !ui.fold.result) return;
+  if (!ui.fold.verified || !ui.fold.result->report().verification.passed()) {
+    ui.errorMessage = "save folded model: the fold did not pass its verification; not writing " + path;
+    return;
+  }
+  const auto model = ui.model;
+  const auto fold = ui.fold.result;
+  const uint64_t generation = ui.generation;
+  app.modelWorker.submit("save folded model", [=](const Worker::Progress& progress) -> Worker::Completion {
+    progress("writing " + path);
+    checkOutputPath(model->imported().path, path);
+    bench::saveModelFold(*fold, model->imported(), path);
+    return [path, generation](App& app) {
+      if (app.ui.generation != generation) return;
+      app.ui.statusMessage = "folded model saved to " + path;
+      app.ui.fold.savedPath = path;
     };
   });
 }
@@ -245,6 +277,19 @@ void DrawActions(App& app) {
     }
     for (const auto& d : ui.fold.details) ImGui::BulletText("%s", d.c_str());
     drawVerificationTable(ui);
+    const bool savable = ui.fold.result && ui.fold.verified && ui.fold.equivalent;
+    ImGui::BeginDisabled(busy || !savable);
+    if (ImGui::Button("Save folded model...")) {
+      std::string base = ui.model->imported().path;
+      if (auto dot = base.rfind('.'); dot != std::string::npos && base.find('/', dot) == std::string::npos) base.resize(dot);
+      ui.saveFolded = {true, true, base + ".folded" + bench::foldedExtension(ui.model->imported())};
+    }
+    ImGui::EndDisabled();
+    if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+      ImGui::SetTooltip("%s", ui.model->imported().exported
+                                  ? "a .pt2 with aten::rms_norm: loads with torch.export.load, no library needed"
+                                  : "a .pt with foldnorm::rms_norm: load libfoldnorm_ops.so first");
+    }
     if (ui.fold.folded) {
       bool folded = ui.showFolded;
       if (ImGui::Checkbox("Show the folded graph (G)", &folded)) showFoldedGraph(app, folded);
@@ -356,8 +401,10 @@ void DrawBench(App& app) {
   std::string settings = r.device + " " + r.dtype + ", " + std::to_string(r.threads) +
                          " threads, " + std::to_string(r.reps) + " rounds after " +
                          std::to_string(r.warmup) + " warm-up; " +
-                         std::to_string(r.foldedLayerNorms) + " LNs folded, float64 error " +
-                         scientific(r.worstRelative64);
+                         std::to_string(r.foldedLayerNorms) + " LNs folded (" +
+                         (r.rmsOp == "aten" ? "aten::rms_norm" : "foldnorm::rms_norm") + "), float64 error " +
+                         scientific(r.worstRelative64) + "; runner " + r.runner +
+                         (r.runner == "interpreter" ? " (the times are the .pt2 interpreter's)" : "");
   if (r.loadBefore >= 0) {
     char load[64];
     std::snprintf(load, sizeof load, "; load %.1f -> %.1f", r.loadBefore, r.loadAfter);

@@ -81,7 +81,7 @@ void drawWhyCard(UiState& ui, const LayerNormVerdict& v) {
 
 void drawVerdict(App& app, const LayerNormVerdict& v) {
   UiState& ui = app.ui;
-  const Graph& g = ui.model->imported.graph;
+  const Graph& g = ui.model->imported().graph;
   const AnalysisResult& r = ui.model->analysis;
   heading(ui, "LayerNorm " + (v.info.modulePath.empty() ? std::string("(top level)") : v.info.modulePath));
   drawWhyCard(ui, v);
@@ -129,7 +129,7 @@ void DrawInspector(App& app) {
     ImGui::End();
     return;
   }
-  const Graph& g = ui.model->imported.graph;
+  const Graph& g = ui.model->imported().graph;
   const AnalysisResult& r = ui.model->analysis;
   const NodeId n = ui.selectedNode;
   const Node& node = g.node(n);

@@ -19,6 +19,35 @@ bool containsNoCase(const std::string& haystack, const std::string& needle) {
   return it != haystack.end();
 }
 
+// The analysis' settings, where its result is shown (as Tracy keeps a view's options at the top of
+// that view): the two folds beyond the paper (method.md sections 7 and 8), both on by default. A
+// toggle analyses the model again on the worker; while the worker is busy they wait.
+void drawAnalysisSettings(App& app) {
+  UiState& ui = app.ui;
+  const bool busy = !app.modelWorker.idle();
+  AnalysisOptions& o = ui.analysisOptions;
+  ImGui::BeginDisabled(busy);
+  bool changed = ImGui::Checkbox("absorb per-channel scales", &o.scaleAbsorb);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+    ImGui::SetTooltip("LayerScale: gamma * (W h + b) folds by centering the scaled map (method.md section 7);\n"
+                      "off: those LayerNorms keep, with reason turned-off");
+  }
+  changed |= ImGui::Checkbox("insert one centering where it frees a stream", &o.insertCentering);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+    ImGui::SetTooltip("x - mean(x) inserted once where a stream starts at a non-leaf, when that frees at least\n"
+                      "two LayerNorms (method.md section 8)");
+  }
+  ImGui::EndDisabled();
+  if (changed) reanalyze(app);
+  const Worker::Status worker = app.modelWorker.status();
+  if (worker.title == "analyse") {
+    ImGui::TextDisabled("analysing again: %s", worker.message.c_str());
+  } else if (ui.model->analysisOptions.scaleAbsorb != o.scaleAbsorb ||
+             ui.model->analysisOptions.insertCentering != o.insertCentering) {
+    ImGui::TextDisabled("shown: the analysis with the previous settings (the new one is queued)");
+  }
+}
+
 }  // namespace
 
 void DrawLnTable(App& app) {
@@ -36,6 +65,7 @@ void DrawLnTable(App& app) {
   const auto& result = ui.model->analysis;
   const auto& lns = result.layerNorms;
   ImGui::Text("%zu of %zu fold into RMSNorm", result.foldableCount(), lns.size());
+  drawAnalysisSettings(app);
 
   ImGui::SetNextItemWidth(-150);
   if (ui.lnSearchFocus) {
@@ -75,7 +105,7 @@ void DrawLnTable(App& app) {
       const LayerNormVerdict& v = lns[i];
       if (ui.lnVerdictFilter == 1 && !v.foldable) continue;
       if (ui.lnVerdictFilter == 2 && v.foldable) continue;
-      const std::string reason = reasonText(ui.model->imported.graph, result, v);
+      const std::string reason = reasonText(ui.model->imported().graph, result, v);
       if (!ui.lnSearch.empty() && !containsNoCase(v.info.modulePath, ui.lnSearch) &&
           !containsNoCase(reason, ui.lnSearch) && !containsNoCase(toString(v.reason), ui.lnSearch)) {
         continue;

@@ -30,7 +30,7 @@ void DrawOpenDialog(App& app) {
     d.entries = listDirectory(directory, &d.listError);
   }
 
-  ImGui::TextUnformatted("Model (.pt, traced TorchScript)");
+  ImGui::TextUnformatted("Model (.pt, traced TorchScript, or .pt2, torch.export)");
   ImGui::SetNextItemWidth(-1);
   if (d.focusPath) {
     ImGui::SetKeyboardFocusHere();

@@ -1,6 +1,7 @@
 // foldnorm-gui-check SHOT.png STATE.json LN_PATH|- [foldable|not-foldable] [--bench SEQS]
 //                    [--min-labels N] [--max-ui-median-ms MS] [--analysis ANALYSIS.json]
 //                    [--first-sight] [--folded] [--export FILE] [--max-relayout-ms MS]
+//                    [--toggled] [--reason REASON] [--mark KIND]... [--saved] [--runner NAME]
 // The screenshot test's judge (gui/tests/screenshot_test.cmake): the PNG is a real picture (many
 // colours, most pixels not the background) and the dump says the frame showed the selected LN's
 // verdict in the inspector, with the canvas and the table drawn. With --bench 16 (or 64,128) the
@@ -11,7 +12,13 @@
 // --max-ui-median-ms the median time to build the ImGui frame, --analysis the summary boxes'
 // LN counts equal to what `foldnorm analyze --json` says of the modules in each box; --folded
 // the folded graph shown with RMSNorm nodes marked next to a verified fold; --export the
-// --export-view file written. Reads the files only; it never asks the GUI anything.
+// --export-view file written. Analysis settings: --toggled one checkbox flip made a second
+// analysis whose foldable count differs from the first and is what the table shows (and, with
+// --analysis, what `foldnorm analyze` says under the same settings); --reason the selected LN's
+// reason, named in its verdict text. --mark KIND the folded graph marks nodes of that kind
+// (scaled, inserted, ...); --saved the fold was saved where the dump says, as a non-empty file;
+// --runner the benchmark ran on that runner (torchscript, interpreter). Reads the files only; it
+// never asks the GUI anything.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -155,8 +162,45 @@ void checkFolded(const nlohmann::json& state) {
   check(f.value("equivalent", false), "the fold was verified: same function in float64");
   check(f.value("verificationRows", 0) > 0, "the verification table has rows");
   check(f.value("showFolded", false), "the canvas shows the folded graph");
-  check(f["marks"].value("folded", 0) > 0, "the folded graph marks its RMSNorm nodes");
+  // foldnorm::rms_norm (a .pt's default), add_rms_norm (fused) or aten::rms_norm (a .pt2's default).
+  const auto& m = f["marks"];
+  check(m.value("folded", 0) + m.value("fused", 0) + m.value("portable", 0) > 0,
+        "the folded graph marks its RMSNorm nodes");
   check(f["marks"].value("centered", 0) > 0, "the folded graph marks the ops reading centered parameters");
+}
+
+void checkToggled(const nlohmann::json& state, const nlohmann::json& analysis) {
+  const auto& runs = state["analyses"];
+  check(runs.is_array() && runs.size() == 2, "the checkbox flip analysed the model a second time");
+  if (!runs.is_array() || runs.size() != 2) return;
+  const auto& before = runs[0];
+  const auto& after = runs[1];
+  std::cout << "      analyses: " << before.dump() << " -> " << after.dump() << "\n";
+  check(before.value("foldable", -1) != after.value("foldable", -1),
+        "the new settings changed how many LNs fold (" + std::to_string(before.value("foldable", -1)) + " -> " +
+            std::to_string(after.value("foldable", -1)) + ")");
+  const auto& settings = state["analysisSettings"];
+  check(after.value("scaleAbsorb", true) == settings.value("scaleAbsorb", false) &&
+            after.value("insertCentering", true) == settings.value("insertCentering", false),
+        "the analysis shown was made with the checkboxes' settings");
+  check(state["model"].value("foldable", -1) == after.value("foldable", -2),
+        "the LN table shows the new analysis' count");
+  if (analysis.is_object()) {
+    int foldable = 0;
+    for (const auto& ln : analysis["layer_norms"]) foldable += ln.value("foldable", false) ? 1 : 0;
+    check(foldable == after.value("foldable", -1),
+          "foldnorm analyze under the same settings folds as many LNs (" + std::to_string(foldable) + ")");
+  }
+}
+
+void checkSaved(const nlohmann::json& state) {
+  const std::string path = state["fold"].value("savedPath", "");
+  check(!path.empty(), "the folded model was saved");
+  std::ifstream in(path, std::ios::binary);
+  std::string head(4, '\0');
+  in.read(head.data(), 4);
+  check(in.gcount() == 4, "the saved file " + path + " exists and is not empty");
+  check(head.compare(0, 2, "PK") == 0, "the saved file is a zip archive (.pt and .pt2 both are)");
 }
 
 }  // namespace
@@ -165,7 +209,8 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: foldnorm-gui-check SHOT.png STATE.json LN_PATH|- [foldable|not-foldable] [--bench SEQS]\n"
       "       [--min-labels N] [--max-ui-median-ms MS] [--analysis A.json] [--first-sight] [--folded]\n"
-      "       [--export FILE] [--max-relayout-ms MS]\n";
+      "       [--export FILE] [--max-relayout-ms MS] [--toggled] [--reason R] [--mark KIND]... [--saved]\n"
+      "       [--runner NAME]\n";
   if (argc < 4) {
     std::cerr << usage;
     return 2;
@@ -175,7 +220,9 @@ int main(int argc, char** argv) {
   std::vector<int64_t> benchSeqs;
   int minLabels = 0;
   double maxUiMs = 0, maxRelayoutMs = 0;
-  bool firstSight = false, folded = false;
+  bool firstSight = false, folded = false, toggled = false, saved = false;
+  std::string reason, runner;
+  std::vector<std::string> marks;
   for (int i = 4; i < argc; ++i) {
     const std::string arg = argv[i];
     try {
@@ -203,6 +250,16 @@ int main(int argc, char** argv) {
       firstSight = true;
     } else if (arg == "--folded") {
       folded = true;
+    } else if (arg == "--toggled") {
+      toggled = true;
+    } else if (arg == "--saved") {
+      saved = true;
+    } else if (arg == "--reason" && i + 1 < argc) {
+      reason = argv[++i];
+    } else if (arg == "--runner" && i + 1 < argc) {
+      runner = argv[++i];
+    } else if (arg == "--mark" && i + 1 < argc) {
+      marks.push_back(argv[++i]);
     } else if (arg == "--bench" && i + 1 < argc) {
       try {
         benchSeqs = splitSeqs(argv[++i]);
@@ -283,9 +340,9 @@ int main(int argc, char** argv) {
   check(state["lnTableRows"].get<int>() > 0, "the LN table showed rows");
   check(state["frameTimes"]["settled"].value("count", 0) > 0, "frame times were recorded");
   if (minLabels > 0 || maxUiMs > 0 || firstSight) checkFirstSight(state, minLabels, maxUiMs, firstSight);
+  nlohmann::json analysis;
   if (!analysisPath.empty()) {
     std::ifstream a(analysisPath);
-    nlohmann::json analysis;
     try {
       a >> analysis;
       checkBlockCounts(state, analysis);
@@ -293,7 +350,22 @@ int main(int argc, char** argv) {
       check(false, "analysis " + analysisPath + " is JSON: " + e.what());
     }
   }
+  if (toggled) checkToggled(state, analysis);
+  if (!reason.empty()) {
+    check(sel.is_object() && sel.value("reason", "") == reason, "the selected LN's reason is " + reason);
+    check(sel.is_object() && sel.value("verdictText", "").find("(" + reason + ")") != std::string::npos,
+          "its verdict text (shown in the inspector) names " + reason);
+  }
   if (folded) checkFolded(state);
+  for (const auto& kind : marks) {
+    const int n = state["fold"]["marks"].value(kind, 0);
+    check(n > 0, "the folded graph marks " + std::to_string(n) + " node(s) as " + kind);
+  }
+  if (saved) checkSaved(state);
+  if (!runner.empty()) {
+    const auto& report = state["bench"]["report"];
+    check(report.is_object() && report.value("runner", "") == runner, "the benchmark ran on the " + runner + " runner");
+  }
   if (maxRelayoutMs > 0) {
     const double ms = state["canvas"].value("relayoutMilliseconds", 1e9);
     std::cout << "      last re-layout (collapse, Graphviz, drawable form): " << ms << " ms\n";

@@ -3,7 +3,8 @@
 #       [-DFOLDNORM=... -DZOO=gpt2 -DPRESET=tiny]  (build MODEL with the zoo first)
 #       [-DBENCH_SEQ=16 [-DBENCH_REPS=4]]  (run the benchmark panel first; check its result)
 #       [-DNAME=shot]  (output names; default the model's)  [-DFRAMES=5]
-#       [-DANALYZE=1]  (also `foldnorm analyze --json` the model; the summary boxes must agree)
+#       [-DANALYZE=1 [-DANALYZE_ARGS="--no-scale-absorb"]]  (also `foldnorm analyze --json` the
+#       model, with those settings; the summary boxes must agree)
 #       [-DGUI_ARGS="--fold;--show-folded"] [-DCHECK_ARGS="--min-labels;10"]  (passed on)
 #       [-DEXPORT=view.svg]  (--export-view into OUT; checked to be an SVG or PNG)
 #       -P screenshot_test.cmake
@@ -50,7 +51,7 @@ if(DEFINED EXPORT)
   list(APPEND check_args --export ${OUT}/${EXPORT})
 endif()
 if(DEFINED ANALYZE)
-  execute_process(COMMAND ${FOLDNORM} analyze ${MODEL} --json OUTPUT_FILE ${OUT}/${name}.analysis.json
+  execute_process(COMMAND ${FOLDNORM} analyze ${MODEL} --json ${ANALYZE_ARGS} OUTPUT_FILE ${OUT}/${name}.analysis.json
                   RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "foldnorm analyze failed (${rc})")

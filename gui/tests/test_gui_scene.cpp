@@ -220,13 +220,14 @@ TEST_CASE("Tab completes a path to the longest prefix its matches share", "[gui]
   fs::create_directories(dir / "models");
   std::ofstream(dir / "gpt2_tiny.pt") << "x";
   std::ofstream(dir / "gpt2_small.pt") << "x";
+  std::ofstream(dir / "bert.pt2") << "x";
   std::ofstream(dir / "notes.txt") << "x";
   std::string error;
   const std::string d = dir.string() + "/";
   const auto entries = listDirectory(d, &error);
   CHECK(error.empty());
-  SECTION("directories first with a slash, only .pt files") {
-    CHECK(entries == std::vector<std::string>{"models/", "gpt2_small.pt", "gpt2_tiny.pt"});
+  SECTION("directories first with a slash, only model files (.pt, .pt2)") {
+    CHECK(entries == std::vector<std::string>{"models/", "bert.pt2", "gpt2_small.pt", "gpt2_tiny.pt"});
   }
   SECTION("completion stops where the matches differ, or finishes a single match") {
     CHECK(completePath(d + "gp", entries) == d + "gpt2_");

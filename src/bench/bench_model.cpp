@@ -1,6 +1,8 @@
 // `foldnorm bench`: original vs folded model end to end (see include/foldnorm/bench/bench_model.h).
 #include "foldnorm/bench/bench_model.h"
 
+#include "bench_model_internal.h"
+
 #include "foldnorm/common/measure.h"
 
 #include <ATen/Parallel.h>
@@ -29,13 +31,14 @@
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/ops/rms_norm.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::bench {
-namespace {
+namespace detail {
 
 namespace jit = torch::jit;
 
@@ -46,6 +49,12 @@ at::ScalarType parseDtype(const std::string& name) {
   throw SettingError("dtype", "unknown timing dtype '" + name + "' (float32, bfloat16 or float16)");
 }
 
+RmsOp rmsOpOf(const BenchModelOptions& o) {
+  if (o.rmsOp == "foldnorm") return RmsOp::Foldnorm;
+  if (o.rmsOp == "aten") return RmsOp::Aten;
+  throw SettingError("rms_op", "unknown RMSNorm op '" + o.rmsOp + "' (foldnorm or aten)");
+}
+
 void checkOptions(const BenchModelOptions& o) {
   if (o.device != "cpu" && o.device != "cuda")
     throw SettingError("device", "unknown device '" + o.device + "' (cpu or cuda)");
@@ -53,6 +62,7 @@ void checkOptions(const BenchModelOptions& o) {
     throw SettingError("device", "timing on cuda needs a CUDA device, but LibTorch sees none here "
                                  "(torch::cuda::is_available() is false); time on cpu");
   parseDtype(o.dtype);
+  rmsOpOf(o);
   for (auto s : o.seqs)
     if (s <= 0) throw SettingError("seq", "sequence lengths must be positive, got " + std::to_string(s));
   if (o.batch < 0) throw SettingError("batch", "the batch size must be positive (or 0 for the spec's batch)");
@@ -64,32 +74,47 @@ void checkOptions(const BenchModelOptions& o) {
   if (o.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
 }
 
-/// The intra-op thread count for one bench, restored afterwards: the host's own setting (the
-/// GUI's) is not changed behind its back.
-class ScopedThreads {
- public:
-  explicit ScopedThreads(int threads) : previous_(at::get_num_threads()) {
-    if (threads > 0 && threads != previous_) {
-      at::set_num_threads(threads);
-      changed_ = true;
-    }
-  }
-  ~ScopedThreads() {
-    if (changed_) at::set_num_threads(previous_);
-  }
-  ScopedThreads(const ScopedThreads&) = delete;
-  ScopedThreads& operator=(const ScopedThreads&) = delete;
+c10::Device deviceOf(const BenchModelOptions& o) { return c10::Device(o.device == "cuda" ? c10::kCUDA : c10::kCPU); }
 
- private:
-  int previous_;
-  bool changed_ = false;
-};
+ScopedThreads::ScopedThreads(int threads) : previous_(at::get_num_threads()) {
+  if (threads > 0 && threads != previous_) {
+    at::set_num_threads(threads);
+    changed_ = true;
+  }
+}
+
+ScopedThreads::~ScopedThreads() {
+  if (changed_) at::set_num_threads(previous_);
+}
+
+void requireSomethingFolds(const ImportedModel& model, const AnalysisResult& analysis) {
+  if (analysis.foldableCount() == 0) {
+    // Two copies of one model: any measured difference would be noise (or warm-up order)
+    // presented as a speed-up.
+    throw Error("no LayerNorm of " + model.path + " folds (" + std::to_string(analysis.layerNorms.size()) +
+                " found), so original and folded would be the same model; nothing to compare");
+  }
+}
+
+FoldOptions foldOptionsFor(const BenchModelOptions& options, std::ostream& progress) {
+  FoldOptions foldOptions;
+  foldOptions.verify = true;
+  foldOptions.randomInputs = options.verifyRandomInputs;
+  foldOptions.device = "cpu";  // the model's own device; the float64 check is about the method
+  foldOptions.seed = options.seed;
+  foldOptions.fuseAddNorm = options.fuseAddNorm;
+  foldOptions.rmsOp = rmsOpOf(options);
+  foldOptions.progress = [&progress](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
+  return foldOptions;
+}
+
+namespace {
 
 bool largeBuffersOnHeap = false;  // set by keepLargeBuffersOnHeap(), reported
 
-/// The line of a TorchScript interpreter error that names the cause: the interpreter's first line
-/// ("The following operation failed ...") says nothing; the cause ("RuntimeError: index out of
-/// range in self") is its last non-empty line.
+/// The line of an interpreter error that names the cause: TorchScript's first line ("The
+/// following operation failed ...") says nothing; the cause ("RuntimeError: index out of range
+/// in self") is its last non-empty line.
 std::string causeLine(const std::string& s) {
   std::istringstream in(s);
   std::string line, last;
@@ -100,20 +125,6 @@ std::string causeLine(const std::string& s) {
 
 Spread spreadOf(const std::vector<double>& v) {
   return {quantile(v, 0.5), quantile(v, 0.1), quantile(v, 0.9)};
-}
-
-// ---- fresh, comparable copies of both models ----
-
-/// `m` with its forward inlined in place, in `dtype` on `device`, in eval mode.
-jit::Module prepareCopy(jit::Module m, at::ScalarType dtype, const c10::Device& device) {
-  auto graph = inlineForwardInPlace(m);
-  if (dtype != at::kFloat || !device.is_cpu()) {
-    const RetargetOptions to{dtype, device};
-    retargetAttributes(m, to);
-    retargetGraph(graph, to);
-  }
-  m.eval();
-  return m;
 }
 
 // ---- inputs ----
@@ -141,13 +152,6 @@ int64_t itemsPerForward(const std::vector<InputSpec>& specs, bool seqApplies) {
   return 1;
 }
 
-std::vector<c10::IValue> toIValues(const std::vector<at::Tensor>& tensors, at::ScalarType dtype,
-                                   const c10::Device& device) {
-  std::vector<c10::IValue> out;
-  for (const auto& t : retargetInputs(tensors, {dtype, device})) out.emplace_back(t);
-  return out;
-}
-
 // ---- timing ----
 
 /// One forward per sample. CPU: wall clock around the synchronous call. CUDA: events on the
@@ -156,10 +160,10 @@ class ForwardTimer {
  public:
   explicit ForwardTimer(const c10::Device& device) : device_(device) {}
 
-  double timeMs(jit::Module& m, const std::vector<c10::IValue>& inputs) {
+  double timeMs(const Forward& forward) {
     if (!device_.is_cuda()) {
       const auto start = std::chrono::steady_clock::now();
-      m.forward(inputs);
+      forward();
       const auto stop = std::chrono::steady_clock::now();
       return std::chrono::duration<double, std::milli>(stop - start).count();
     }
@@ -168,7 +172,7 @@ class ForwardTimer {
     c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     start.record(stream);
-    m.forward(inputs);
+    forward();
     stop.record(stream);
     stop.synchronize();
     return start.elapsedTime(stop);
@@ -182,23 +186,32 @@ class ForwardTimer {
   c10::Device device_;
 };
 
-ModelBenchCase runCase(jit::Module& original, jit::Module& folded, const std::vector<InputSpec>& specs,
-                       int64_t seq, bool seqApplies, const BenchModelOptions& options,
-                       at::ScalarType dtype, const c10::Device& device, std::ostream& progress) {
+ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& specs, int64_t seq, bool seqApplies,
+                       const BenchModelOptions& options, std::ostream& progress) {
   ModelBenchCase c;
   c.seq = seqApplies ? seq : 0;
   for (const auto& s : specs) c.inputShapes.push_back(s.toString());
   c.items = itemsPerForward(specs, seqApplies);
-  const auto inputs = toIValues(makeInputs(specs, options.seed), dtype, device);
-  ForwardTimer timer(device);
   const std::string label = seqApplies ? format("seq %lld", static_cast<long long>(seq)) : "spec shape";
+  if (runners.refuse) {
+    c.skipped = runners.refuse(specs);
+    if (!c.skipped.empty()) {
+      progress << "[bench] " << label << ": skipped, " << c.skipped << "\n";
+      return c;
+    }
+  }
+  const c10::Device device = deviceOf(options);
+  const auto dtype = parseDtype(options.dtype);
+  const auto inputs = retargetInputs(makeInputs(specs, options.seed), {dtype, device});
+  const Forward original = runners.original(inputs), folded = runners.folded(inputs);
+  ForwardTimer timer(device);
 
   progress << format("[bench] %s: warm-up %d forwards of each model ...\n", label.c_str(), options.warmup)
            << std::flush;
   try {
     for (int i = 0; i < options.warmup; ++i) {
-      original.forward(inputs);
-      folded.forward(inputs);
+      original();
+      folded();
     }
     timer.settle();
   } catch (const std::exception& e) {
@@ -214,11 +227,11 @@ ModelBenchCase runCase(jit::Module& original, jit::Module& folded, const std::ve
     // Alternate the order (AB, BA, ...) so a drift in clocks or load falls on both alike.
     double a = 0, b = 0;
     if (rep % 2 == 0) {
-      a = timer.timeMs(original, inputs);
-      b = timer.timeMs(folded, inputs);
+      a = timer.timeMs(original);
+      b = timer.timeMs(folded);
     } else {
-      b = timer.timeMs(folded, inputs);
-      a = timer.timeMs(original, inputs);
+      b = timer.timeMs(folded);
+      a = timer.timeMs(original);
     }
     originalMs.push_back(a);
     foldedMs.push_back(b);
@@ -247,44 +260,31 @@ std::string executorSettings() {
                 jit::tensorExprFuserEnabled() ? "on" : "off");
 }
 
+/// `m` with its forward inlined in place, in `dtype` on `device`, in eval mode.
+jit::Module prepareCopy(jit::Module m, at::ScalarType dtype, const c10::Device& device) {
+  auto graph = inlineForwardInPlace(m);
+  if (dtype != at::kFloat || !device.is_cpu()) {
+    const RetargetOptions to{dtype, device};
+    retargetAttributes(m, to);
+    retargetGraph(graph, to);
+  }
+  m.eval();
+  return m;
+}
+
+Bind bindModule(jit::Module& m) {
+  return [&m](const std::vector<at::Tensor>& tensors) -> Forward {
+    std::vector<c10::IValue> inputs(tensors.begin(), tensors.end());
+    return [&m, inputs] { m.forward(inputs); };
+  };
+}
+
 }  // namespace
 
-void keepLargeBuffersOnHeap() {
-  // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and page-fault
-  // them afresh on every forward, timing the kernel's page faults, not the model. Keep the heap
-  // instead (as bench-norm does), for both models alike.
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  largeBuffersOnHeap = true;
-}
-
-FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analysis,
-                         const BenchModelOptions& options, std::ostream& progress) {
-  checkOptions(options);
-  if (analysis.foldableCount() == 0) {
-    // Two copies of one model: any measured difference would be noise (or warm-up order)
-    // presented as a speed-up.
-    throw Error("no LayerNorm of " + model.path + " folds (" + std::to_string(analysis.layerNorms.size()) +
-                " found), so original and folded would be the same model; nothing to compare");
-  }
-  FoldOptions foldOptions;
-  foldOptions.verify = true;
-  foldOptions.randomInputs = options.verifyRandomInputs;
-  foldOptions.device = "cpu";  // the trace's own device; the float64 check is about the method
-  foldOptions.seed = options.seed;
-  foldOptions.fuseAddNorm = options.fuseAddNorm;
-  foldOptions.progress = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
-  return foldModel(model, analysis, foldOptions);
-}
-
-ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
-                               const BenchModelOptions& options, std::ostream& progress) {
-  checkOptions(options);
-  const auto dtype = parseDtype(options.dtype);
-  const c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
-  auto say = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
-  const auto& v = folded.report.verification;
-  if (folded.report.folded.empty())
+ModelBenchReport startReport(const ImportedModel& model, const FoldReport& fold, const BenchModelOptions& options,
+                             const std::string& runner, const std::string& executor, std::ostream& progress) {
+  const auto& v = fold.verification;
+  if (fold.folded.empty())
     throw Error("no LayerNorm of " + model.path + " was folded, so original and folded are the same model; "
                 "nothing to compare");
   if (!v.ran) throw Error("the fold of " + model.path + " was not verified; only a verified fold is timed");
@@ -293,8 +293,6 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
                        "timing a wrong model (the fold report has the details)",
                        model.path.c_str(), v.worstRelative64, FoldOptions{}.float64Tolerance));
   }
-  const ScopedThreads threads(options.threads);
-
   ModelBenchReport report;
   report.model = model.path;
   report.device = options.device;
@@ -304,20 +302,28 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   report.threads = at::get_num_threads();
   report.warmup = options.warmup;
   report.reps = options.reps;
-  report.executor = executorSettings();
+  report.runner = runner;
+  report.executor = executor;
+  report.rmsOp = options.rmsOp;
   report.largeBuffersOnHeap = largeBuffersOnHeap;
-  if (device.is_cpu()) report.loadBefore = loadAverage();
-  report.foldedLayerNorms = static_cast<int>(folded.report.folded.size());
-  report.keptLayerNorms = static_cast<int>(folded.report.kept.size());
-  report.fusedAddNorms = folded.report.fusedAddNorms;
+  if (deviceOf(options).is_cpu()) report.loadBefore = loadAverage();
+  report.foldedLayerNorms = static_cast<int>(fold.folded.size());
+  report.keptLayerNorms = static_cast<int>(fold.kept.size());
+  report.fusedAddNorms = fold.fusedAddNorms;
   report.worstRelative32 = v.worstRelative32;
   report.worstRelative64 = v.worstRelative64;
   report.predictionsUnchanged = v.predictionsUnchanged;
-  say(format("fold verified: %d LayerNorm(s) folded, %d kept; float64 worst relative error %.2e, "
-             "float32 %.2e, predictions %s",
-             report.foldedLayerNorms, report.keptLayerNorms, v.worstRelative64, v.worstRelative32,
-             v.predictionsUnchanged ? "unchanged" : "CHANGED in float32"));
+  progress << format("[bench] fold verified: %d LayerNorm(s) folded, %d kept; float64 worst relative error "
+                     "%.2e, float32 %.2e, predictions %s\n",
+                     report.foldedLayerNorms, report.keptLayerNorms, v.worstRelative64, v.worstRelative32,
+                     v.predictionsUnchanged ? "unchanged" : "CHANGED in float32")
+           << std::flush;
+  return report;
+}
 
+void timeCases(ModelBenchReport& report, const ImportedModel& model, const Runners& runners,
+               const BenchModelOptions& options, std::ostream& progress) {
+  auto say = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
   // Sequence dimension and lengths.
   const auto& base = model.inputSpecs;
   const auto seqSpec = std::find_if(base.begin(), base.end(), hasSequence);
@@ -333,18 +339,9 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
     if (!options.seqs.empty()) say("sequence lengths ignored: " + report.seqNote);
     seqs = {0};
   }
-
-  // Both models afresh, alike in every way but the fold.
-  say(format("loading fresh copies of both models (%s on %s)", options.dtype.c_str(), options.device.c_str()));
-  const auto foldedBytes = serializeModule(folded.torch->module);
-  c10::InferenceMode inference;
-  auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
-  auto foldedCopy = prepareCopy(loadModule(foldedBytes), dtype, device);
-
   for (auto seq : seqs) {
     const auto specs = specsFor(base, seq, options.batch);
-    report.cases.push_back(runCase(original, foldedCopy, specs, seq, report.seqApplies, options, dtype,
-                                   device, progress));
+    report.cases.push_back(runCase(runners, specs, seq, report.seqApplies, options, progress));
     const auto& c = report.cases.back();
     if (c.skipped.empty()) {
       say(format("%s: original %.2f ms, folded %.2f ms, speed-up %.3fx (p10-p90 %.3f-%.3f)",
@@ -352,7 +349,48 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
                  c.originalMs.median, c.foldedMs.median, c.speedup.median, c.speedup.p10, c.speedup.p90));
     }
   }
-  if (device.is_cpu()) report.loadAfter = loadAverage();
+  if (deviceOf(options).is_cpu()) report.loadAfter = loadAverage();
+}
+
+void markLargeBuffersOnHeap() { largeBuffersOnHeap = true; }
+
+}  // namespace detail
+
+using namespace detail;
+
+void keepLargeBuffersOnHeap() {
+  // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and page-fault
+  // them afresh on every forward, timing the kernel's page faults, not the model. Keep the heap
+  // instead (as bench-norm does), for both models alike.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  markLargeBuffersOnHeap();
+}
+
+FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analysis,
+                         const BenchModelOptions& options, std::ostream& progress) {
+  checkOptions(options);
+  requireSomethingFolds(model, analysis);
+  return foldModel(model, analysis, foldOptionsFor(options, progress));
+}
+
+ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
+                               const BenchModelOptions& options, std::ostream& progress) {
+  checkOptions(options);
+  if (!model.torch) throw std::logic_error("bench: a TorchScript fold of a model that is not TorchScript");
+  const auto dtype = parseDtype(options.dtype);
+  const c10::Device device = deviceOf(options);
+  const ScopedThreads threads(options.threads);
+  auto report = startReport(model, folded.report, options, "torchscript", executorSettings(), progress);
+
+  // Both models afresh, alike in every way but the fold.
+  progress << "[bench] loading fresh copies of both models (" << options.dtype << " on " << options.device << ")\n"
+           << std::flush;
+  const auto foldedBytes = serializeModule(folded.torch->module);
+  c10::InferenceMode inference;
+  auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
+  auto foldedCopy = prepareCopy(loadModule(foldedBytes), dtype, device);
+  timeCases(report, model, {bindModule(original), bindModule(foldedCopy), {}}, options, progress);
   return report;
 }
 
@@ -363,91 +401,14 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   importOptions.seed = options.seed;
   importOptions.progress = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
   for (const auto& s : options.inputSpecs) importOptions.inputs.push_back(parseInputSpec(s));
-  const auto model = importTorchScript(modelPath, importOptions);
-  const auto analysis = analyzeFoldability(model.graph);
-  const auto folded = foldForBench(model, analysis, options, progress);
-  return runModelBench(model, folded, options, progress);
+  const auto model = importModel(modelPath, importOptions);
+  AnalysisOptions analysisOptions;
+  analysisOptions.scaleAbsorb = options.scaleAbsorb;
+  analysisOptions.insertCentering = options.insertCentering;
+  const auto analysis = analyzeFoldability(model.graph, analysisOptions);
+  return benchModel(model, analysis, options, progress);
 }
 
 bool cudaAvailable() { return torch::cuda::is_available(); }
-
-nlohmann::json toJson(const ModelBenchReport& r) {
-  auto spread = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}}; };
-  nlohmann::json cases = nlohmann::json::array();
-  for (const auto& c : r.cases) {
-    nlohmann::json j{{"seq", c.seq}, {"inputs", c.inputShapes}, {"items", c.items}};
-    if (!c.skipped.empty()) {
-      j["skipped"] = c.skipped;
-    } else {
-      j["original_ms"] = spread(c.originalMs);
-      j["folded_ms"] = spread(c.foldedMs);
-      j["speedup"] = spread(c.speedup);
-      j["original_" + r.itemUnit + "_per_s"] = c.originalItemsPerSecond;
-      j["folded_" + r.itemUnit + "_per_s"] = c.foldedItemsPerSecond;
-    }
-    cases.push_back(j);
-  }
-  nlohmann::json load = nullptr;
-  if (r.loadBefore >= 0) load = {{"before", r.loadBefore}, {"after", r.loadAfter}};
-  return {{"format", "foldnorm-bench"},
-          {"version", 1},
-          {"model", r.model},
-          {"device", r.device},
-          {"dtype", r.dtype},
-          {"torch", r.torchVersion},
-          {"cpu_kernel_isa", r.cpuKernelIsa},
-          {"threads", r.threads},
-          {"warmup", r.warmup},
-          {"reps", r.reps},
-          {"executor", r.executor},
-          {"large_buffers_on_heap", r.largeBuffersOnHeap},
-          {"item_unit", r.itemUnit},
-          {"seq_applies", r.seqApplies},
-          {"seq_note", r.seqNote},
-          {"load_average", load},
-          {"fold", {{"folded_layer_norms", r.foldedLayerNorms},
-                    {"kept_layer_norms", r.keptLayerNorms},
-                    {"fused_add_norms", r.fusedAddNorms},
-                    {"worst_relative_float32", r.worstRelative32},
-                    {"worst_relative_float64", r.worstRelative64},
-                    {"predictions_unchanged", r.predictionsUnchanged}}},
-          {"cases", cases}};
-}
-
-std::string formatModelBenchTable(const ModelBenchReport& r) {
-  std::string s = format("%s: %d LayerNorm(s) folded, %d kept; fold verified (float64 worst relative "
-                         "error %.2e, float32 %.2e, predictions %s)\n",
-                         r.model.c_str(), r.foldedLayerNorms, r.keptLayerNorms, r.worstRelative64,
-                         r.worstRelative32, r.predictionsUnchanged ? "unchanged" : "changed");
-  s += format("device %s, %s, %d threads, CPU kernels %s, torch %s\n", r.device.c_str(), r.dtype.c_str(),
-              r.threads, r.cpuKernelIsa.c_str(), r.torchVersion.c_str());
-  s += format("%d warm-up forwards per model and length, then %d rounds, each running both models "
-              "(order alternating)\n%s; allocator: %s\n%s\n",
-              r.warmup, r.reps, r.executor.c_str(),
-              r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)",
-              r.seqNote.c_str());
-  if (r.loadBefore >= 0)
-    s += format("1-minute load average %.2f before, %.2f after (others' work on this machine)\n",
-                r.loadBefore, r.loadAfter);
-  s += "median ms (p10-p90); speed-up = per-round original/folded, median (p10-p90)\n\n";
-  const std::string unit = r.itemUnit == "tokens" ? "tok/s" : "img/s";
-  s += format("%6s %8s %24s %24s %11s %11s %22s\n", "seq", r.itemUnit.c_str(), "original ms",
-              "folded ms", ("orig " + unit).c_str(), ("fold " + unit).c_str(), "speed-up");
-  for (const auto& c : r.cases) {
-    const std::string seq = r.seqApplies ? std::to_string(c.seq) : "-";
-    if (!c.skipped.empty()) {
-      s += format("%6s %8lld  skipped: %s\n", seq.c_str(), static_cast<long long>(c.items), c.skipped.c_str());
-      continue;
-    }
-    auto cell = [](const Spread& x, const char* f) {
-      return format(f, x.median, x.p10, x.p90);
-    };
-    s += format("%6s %8lld %24s %24s %11.1f %11.1f %22s\n", seq.c_str(), static_cast<long long>(c.items),
-                cell(c.originalMs, "%.2f (%.2f-%.2f)").c_str(), cell(c.foldedMs, "%.2f (%.2f-%.2f)").c_str(),
-                c.originalItemsPerSecond, c.foldedItemsPerSecond,
-                cell(c.speedup, "%.3f (%.3f-%.3f)").c_str());
-  }
-  return s;
-}
 
 }  // namespace foldnorm::bench

@@ -1,5 +1,5 @@
-// `foldnorm bench MODEL.pt`: the original and the folded model end to end, interleaved in one run
-// (see include/foldnorm/bench/bench_model.h).
+// `foldnorm bench MODEL.pt|MODEL.pt2`: the original and the folded model end to end, interleaved in
+// one run (see include/foldnorm/bench/bench_model.h). A .pt2 runs on foldnorm's interpreter.
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -17,6 +17,7 @@ struct BenchArgs {
   std::string model;
   bench::BenchModelOptions options;
   bool json = false;
+  bool noScaleAbsorb = false, noInsertCentering = false;
   std::string jsonOut;
 };
 
@@ -26,9 +27,16 @@ void setup(CLI::App& app, int& exitCode) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Fold a model in memory (verified in float32 and float64), then time the original and the "
-      "folded model end to end, interleaved in one run, per sequence length; progress on stderr");
-  cmd->add_option("model", args->model, "TorchScript file (.pt)")->required();
+      "folded model end to end, interleaved in one run, per sequence length; progress on stderr. "
+      "A .pt2 (torch.export) is timed by foldnorm's interpreter, so its times are the interpreter's");
+  cmd->add_option("model", args->model, "TorchScript file (.pt) or torch.export archive (.pt2)")->required();
   addInputOption(*cmd, o.inputSpecs);
+  addBeyondPaperFlags(*cmd, args->noScaleAbsorb, args->noInsertCentering);
+  cmd->add_option("--rms-op", o.rmsOp,
+                  "What the folded LNs become: foldnorm (our fused op, the fast one on CPU) or aten "
+                  "(aten::rms_norm plus a bias add)")
+      ->check(CLI::IsMember({"foldnorm", "aten"}))
+      ->capture_default_str();
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--seq", o.seqs,
                   "Comma-separated sequence lengths: the last dim of every integer input "
@@ -51,6 +59,8 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->callback([args, &exitCode] {
     // The CLI is the whole process: its allocator may be set for timing (a GUI's is not).
     bench::keepLargeBuffersOnHeap();
+    args->options.scaleAbsorb = !args->noScaleAbsorb;
+    args->options.insertCentering = !args->noInsertCentering;
     const auto report = bench::runModelBench(args->model, args->options, std::cerr);
     if (!args->jsonOut.empty()) {
       std::ofstream out(args->jsonOut);

@@ -1,9 +1,15 @@
 // `foldnorm bench`: a model end to end, original against folded, in one run.
 //
+// Either kind of model: a TorchScript file runs on LibTorch's graph executor (runner
+// "torchscript"), a torch.export program (.pt2) on foldnorm's interpreter over the dispatcher
+// (torch/export_interpreter.h, runner "interpreter": each node's op called boxed, so its times are
+// the interpreter's, with its per-node overhead in both models alike, not those of torch.compile or
+// AOTInductor). benchModel() takes an ImportedModel of either kind (what the GUI calls).
+//
 // The bench times a model that is already imported, analysed and folded (the GUI holds one): a
 // fold that was not verified, or is not float64-equivalent, is refused before anything is timed.
-// The CLI's path wrapper imports, analyses and folds (foldForBench: verified in float32 and
-// float64) first. Then both models are loaded afresh (forward inlined, the same graph-executor
+// The CLI's path wrapper imports, analyses and folds (foldForBench / foldExportForBench: verified in
+// float32 and float64) first. Then both models are loaded afresh (forward inlined, the same graph-executor
 // settings), optionally cast to bfloat16/float16 (parameters, float tensor constants and the
 // float32 dtype constants a trace bakes in: torch/model_surgery.h), and timed per sequence length:
 //   - warm-up first: the profiling executor profiles on the first run and optimises on the
@@ -30,12 +36,17 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/import/torchscript.h"
+
+namespace foldnorm {
+struct FoldedExport;  // fold/fold_export.h (torch-facing: this header stays torch-free for the GUI)
+}
 
 namespace foldnorm::bench {
 
@@ -49,6 +60,12 @@ struct BenchModelOptions {
   int threads = 0;                // CPU intra-op threads for this run; 0: leave the process's
   int verifyRandomInputs = 2;     // random input sets for the fold verification
   bool fuseAddNorm = true;        // fold with residual add + norm fused (FoldOptions::fuseAddNorm)
+  // What a folded LN becomes: "foldnorm" (our fused op: the fast one on CPU, docs/kernels.md) or
+  // "aten" (aten::rms_norm + bias add, unfused). The same for both kinds of model.
+  std::string rmsOp = "foldnorm";
+  // The analysis of the path wrapper (AnalysisOptions): the two folds beyond the paper.
+  bool scaleAbsorb = true;
+  bool insertCentering = true;
   uint64_t seed = 0;
   std::vector<std::string> inputSpecs;  // input spec texts; empty: the model's embedded spec
 };
@@ -84,7 +101,9 @@ struct ModelBenchReport {
   std::string itemUnit;     // "tokens" | "images"
   bool seqApplies = true;   // false: no integer input, the spec shape was timed
   std::string seqNote;      // how the sequence dimension was chosen (or why it does not apply)
-  std::string executor;     // graph-executor settings both models ran with
+  std::string runner;       // "torchscript" (graph executor) | "interpreter" (.pt2: foldnorm's interpreter)
+  std::string executor;     // how both models ran: graph-executor settings, or the interpreter
+  std::string rmsOp;        // what the folded LNs became: "foldnorm" | "aten"
   bool largeBuffersOnHeap = false;  // keepLargeBuffersOnHeap() was called (else glibc mmaps them)
   int foldedLayerNorms = 0;
   int keptLayerNorms = 0;
@@ -110,10 +129,42 @@ FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analy
 ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
                                const BenchModelOptions& options, std::ostream& progress);
 
-/// The CLI's path: imports `modelPath` (with options.inputSpecs, or its embedded spec), analyses
-/// it, foldForBench, then runModelBench.
+/// foldForBench for a .pt2 (foldExport with options.rmsOp), verified by the interpreter in float32
+/// and float64. Throws as foldForBench does; std::logic_error for a TorchScript model.
+FoldedExport foldExportForBench(const ImportedModel& model, const AnalysisResult& analysis,
+                                const BenchModelOptions& options, std::ostream& progress);
+
+/// runModelBench for a .pt2: original and folded programs timed by the interpreter. A length or
+/// batch the program's signature does not allow (a static size, or outside a dynamic dimension's
+/// range) is reported as skipped with the size it was exported with.
+ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& folded,
+                               const BenchModelOptions& options, std::ostream& progress);
+
+/// Either kind of model, already imported and analysed: folds as its kind needs (verified), then
+/// times original against folded. The one entry a host holding an ImportedModel calls.
+ModelBenchReport benchModel(const ImportedModel& model, const AnalysisResult& analysis,
+                            const BenchModelOptions& options, std::ostream& progress);
+
+/// The CLI's path: imports `modelPath` by content (.pt or .pt2; with options.inputSpecs, or its
+/// embedded spec), analyses it (options.scaleAbsorb, insertCentering), then benchModel.
 ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
                                std::ostream& progress);
+
+/// A fold of either kind of model, held without torch headers (the GUI's Fold button): exactly
+/// one of the two is set. The fold itself is foldModel or foldExport; this only picks and saves.
+struct ModelFold {
+  std::shared_ptr<const FoldedModel> torchscript;
+  std::shared_ptr<const FoldedExport> exported;
+  const FoldReport& report() const;
+};
+
+/// foldModel (a TorchScript model) or foldExport (a .pt2; options.rmsOp mapped onto its forms).
+ModelFold foldAnyModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options);
+
+/// saveFolded or saveFoldedExport: atomic, never over the input. The file extension to use is
+/// foldedExtension(model): ".pt" or ".pt2".
+void saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath);
+const char* foldedExtension(const ImportedModel& model);
 
 /// Keeps buffers of 32 MiB and more on the heap for the rest of the process (glibc would mmap and
 /// page-fault a model's large outputs afresh on every forward, timing page faults rather than

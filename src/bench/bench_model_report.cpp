@@ -1,0 +1,91 @@
+// `foldnorm bench`'s report as JSON (format foldnorm-bench/1) and as a plain-text table.
+#include <nlohmann/json.hpp>
+
+#include "foldnorm/bench/bench_model.h"
+#include "foldnorm/common/measure.h"
+
+namespace foldnorm::bench {
+
+nlohmann::json toJson(const ModelBenchReport& r) {
+  auto spread = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}}; };
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& c : r.cases) {
+    nlohmann::json j{{"seq", c.seq}, {"inputs", c.inputShapes}, {"items", c.items}};
+    if (!c.skipped.empty()) {
+      j["skipped"] = c.skipped;
+    } else {
+      j["original_ms"] = spread(c.originalMs);
+      j["folded_ms"] = spread(c.foldedMs);
+      j["speedup"] = spread(c.speedup);
+      j["original_" + r.itemUnit + "_per_s"] = c.originalItemsPerSecond;
+      j["folded_" + r.itemUnit + "_per_s"] = c.foldedItemsPerSecond;
+    }
+    cases.push_back(j);
+  }
+  nlohmann::json load = nullptr;
+  if (r.loadBefore >= 0) load = {{"before", r.loadBefore}, {"after", r.loadAfter}};
+  return {{"format", "foldnorm-bench"},
+          {"version", 1},
+          {"model", r.model},
+          {"device", r.device},
+          {"dtype", r.dtype},
+          {"torch", r.torchVersion},
+          {"cpu_kernel_isa", r.cpuKernelIsa},
+          {"threads", r.threads},
+          {"warmup", r.warmup},
+          {"reps", r.reps},
+          {"runner", r.runner},
+          {"executor", r.executor},
+          {"rms_op", r.rmsOp},
+          {"large_buffers_on_heap", r.largeBuffersOnHeap},
+          {"item_unit", r.itemUnit},
+          {"seq_applies", r.seqApplies},
+          {"seq_note", r.seqNote},
+          {"load_average", load},
+          {"fold", {{"folded_layer_norms", r.foldedLayerNorms},
+                    {"kept_layer_norms", r.keptLayerNorms},
+                    {"fused_add_norms", r.fusedAddNorms},
+                    {"worst_relative_float32", r.worstRelative32},
+                    {"worst_relative_float64", r.worstRelative64},
+                    {"predictions_unchanged", r.predictionsUnchanged}}},
+          {"cases", cases}};
+}
+
+std::string formatModelBenchTable(const ModelBenchReport& r) {
+  std::string s = format("%s: %d LayerNorm(s) folded, %d kept; fold verified (float64 worst relative "
+                         "error %.2e, float32 %.2e, predictions %s)\n",
+                         r.model.c_str(), r.foldedLayerNorms, r.keptLayerNorms, r.worstRelative64,
+                         r.worstRelative32, r.predictionsUnchanged ? "unchanged" : "changed");
+  s += format("device %s, %s, %d threads, CPU kernels %s, torch %s; folded LNs are %s\n", r.device.c_str(),
+              r.dtype.c_str(), r.threads, r.cpuKernelIsa.c_str(), r.torchVersion.c_str(),
+              r.rmsOp == "aten" ? "aten::rms_norm + bias add" : "foldnorm::rms_norm");
+  s += format("%d warm-up forwards per model and length, then %d rounds, each running both models "
+              "(order alternating)\nrunner %s: %s; allocator: %s\n%s\n",
+              r.warmup, r.reps, r.runner.c_str(), r.executor.c_str(),
+              r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)",
+              r.seqNote.c_str());
+  if (r.loadBefore >= 0)
+    s += format("1-minute load average %.2f before, %.2f after (others' work on this machine)\n",
+                r.loadBefore, r.loadAfter);
+  s += "median ms (p10-p90); speed-up = per-round original/folded, median (p10-p90)\n\n";
+  const std::string unit = r.itemUnit == "tokens" ? "tok/s" : "img/s";
+  s += format("%6s %8s %24s %24s %11s %11s %22s\n", "seq", r.itemUnit.c_str(), "original ms",
+              "folded ms", ("orig " + unit).c_str(), ("fold " + unit).c_str(), "speed-up");
+  for (const auto& c : r.cases) {
+    const std::string seq = r.seqApplies ? std::to_string(c.seq) : "-";
+    if (!c.skipped.empty()) {
+      s += format("%6s %8lld  skipped: %s\n", seq.c_str(), static_cast<long long>(c.items), c.skipped.c_str());
+      continue;
+    }
+    auto cell = [](const Spread& x, const char* f) {
+      return format(f, x.median, x.p10, x.p90);
+    };
+    s += format("%6s %8lld %24s %24s %11.1f %11.1f %22s\n", seq.c_str(), static_cast<long long>(c.items),
+                cell(c.originalMs, "%.2f (%.2f-%.2f)").c_str(), cell(c.foldedMs, "%.2f (%.2f-%.2f)").c_str(),
+                c.originalItemsPerSecond, c.foldedItemsPerSecond,
+                cell(c.speedup, "%.3f (%.3f-%.3f)").c_str());
+  }
+  return s;
+}
+
+}  // namespace foldnorm::bench
