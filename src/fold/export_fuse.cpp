@@ -101,7 +101,11 @@ void fuseAddNorms(ProgramEdit& edit, FoldReport* report) {
                    positional("normalized_shape", *namedInput(rms, "normalized_shape")),
                    positional("weight", *namedInput(rms, "weight")), positional("bias", *namedInput(rms, "bias")),
                    positional("eps", *namedInput(rms, "eps"))};
-    edit.replace(addLoc, {newNode(add, "torch.ops.foldnorm.add_rms_norm.default", std::move(inputs), {out, sum})});
+    auto node = newNode(add, "torch.ops.foldnorm.add_rms_norm.default", std::move(inputs), {out, sum});
+    // A name of its own: torch.export.load names the node by it and makes one getitem node per
+    // output name, so it may be neither.
+    node["name"] = edit.names.fresh("add_rms_norm");
+    edit.replace(addLoc, {node});
     edit.replace(normLoc, {});
     fusedAdds.insert(addLoc);
     ++fused;
