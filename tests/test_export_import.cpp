@@ -26,15 +26,19 @@ nlohmann::json exportManifest() {
   return nlohmann::json::parse(in);
 }
 
-/// Per LN module path: "fold" or "keep (<reason>)"; and the centered parameters by path.
+/// Per LN module path: "fold" or "keep (<reason>)"; the centered parameters by path; the
+/// inserted centerings and the scaled centerings the plan makes.
 struct Verdicts {
   std::map<std::string, std::string> layerNorms;
   std::set<std::string> centered;
-  std::size_t count = 0;
+  std::size_t count = 0, inserted = 0, scaled = 0;
 };
 
 Verdicts verdictsOf(const ImportedModel& model) {
-  const auto result = analyzeFoldability(model.graph);
+  // Both folds beyond the paper on, as `foldnorm fold` runs on either file.
+  AnalysisOptions options;
+  options.scaleAbsorb = options.insertCentering = true;
+  const auto result = analyzeFoldability(model.graph, options);
   Verdicts v;
   for (const auto& ln : result.layerNorms) {
     v.layerNorms[ln.info.modulePath] = ln.foldable ? "fold" : std::string("keep (") + toString(ln.reason) + ")";
@@ -48,7 +52,9 @@ Verdicts verdictsOf(const ImportedModel& model) {
     if (g.parameter(p.param).tiedGroup >= 0)
       for (auto other : g.tiedGroups().at(g.parameter(p.param).tiedGroup)) name = std::min(name, g.parameter(other).path);
     v.centered.insert(name);
+    for (const auto& a : p.actions) v.scaled += a.scale != kNone;
   }
+  for (const auto& ic : result.insertions) v.inserted += ic.inserted;
   return v;
 }
 
@@ -75,7 +81,11 @@ TEST_CASE("every exported architecture gives the verdicts of its traced twin", "
     const auto a = verdictsOf(exported), b = verdictsOf(traced);
     CHECK(a.count == b.count);
     CHECK(a.layerNorms == b.layerNorms);
-    if (name == twin) CHECK(a.centered == b.centered);  // variants (-kw, -decomposed): verdicts only
+    CHECK(a.inserted == b.inserted);
+    if (name == twin) {  // variants (-kw, -decomposed): verdicts only
+      CHECK(a.centered == b.centered);
+      CHECK(a.scaled == b.scaled);
+    }
     // The example inputs are the spec of the twin.
     CHECK(exported.inputSpecs.size() == traced.inputSpecs.size());
     for (std::size_t i = 0; i < std::min(exported.inputSpecs.size(), traced.inputSpecs.size()); ++i) {

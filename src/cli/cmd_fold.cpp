@@ -30,7 +30,7 @@ void setup(CLI::App& app, int& exitCode) {
   auto o = std::make_shared<FoldCliOptions>();
   auto* cmd = app.add_subcommand("fold", "Center the planned leaves, replace foldable LayerNorms by "
                                          "foldnorm::rms_norm, verify (float32 and float64) and save");
-  cmd->add_option("model", o->model, "TorchScript file (.pt) from torch.jit.trace")->required();
+  cmd->add_option("model", o->model, "TorchScript file (.pt) from torch.jit.trace, or a torch.export archive (.pt2)")->required();
   cmd->add_option("-o,--output", o->out, "Where to write the folded model (never the input)")->required();
   addInputOption(*cmd, o->inputs);
   cmd->add_flag("--no-untie", o->noUntie, "Never copy a tied/shared parameter (LNs needing one stay LayerNorm)");
@@ -65,12 +65,6 @@ void setup(CLI::App& app, int& exitCode) {
     ao.only = o->only;
     ao.scaleAbsorb = !o->noScaleAbsorb;
     ao.insertCentering = !o->noInsertCentering;
-    if (model.exported && (ao.scaleAbsorb || ao.insertCentering)) {
-      // The .pt2 writer executes the paper's centering and untie only (fold_export.cpp).
-      ao.scaleAbsorb = ao.insertCentering = false;
-      std::cerr << "[foldnorm] .pt2: folding under the paper's rules (scale absorption and inserted "
-                   "centerings are folded for TorchScript files only)\n";
-    }
     auto analysis = analyzeWithOnlyOption(model.graph, ao);
     FoldOptions fo;
     fo.verify = !o->noVerify;

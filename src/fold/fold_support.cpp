@@ -2,6 +2,7 @@
 #include "foldnorm/fold/fold_support.h"
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm {
@@ -35,6 +37,24 @@ at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& ac
     x = grouped.reshape(moved.sizes()).movedim(-1, a.axis);
   }
   return x.to(t.scalar_type()).contiguous();
+}
+
+VerificationSetup startVerification(const ImportedModel& model, const std::vector<at::Tensor>* examples,
+                                    const FoldOptions& options) {
+  VerificationSetup s;
+  auto& v = s.verification;
+  v.ran = true;
+  v.device = options.device;
+  v.savedFloat64Bound = options.savedFloat64Bound;
+  s.device = c10::Device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
+  if (s.device.is_cuda() && !torch::cuda::is_available())
+    throw SettingError("device", "no CUDA device is available here to verify on");
+  if (examples) s.inputSets.push_back(*examples);
+  for (int i = 1; i <= options.randomInputs; ++i)
+    s.inputSets.push_back(makeInputs(model.inputSpecs, options.seed + 1000 + i));
+  if (s.inputSets.empty()) s.inputSets.push_back(makeInputs(model.inputSpecs, options.seed));
+  v.runs = static_cast<int>(s.inputSets.size());
+  return s;
 }
 
 void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan) {

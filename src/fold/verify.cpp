@@ -68,20 +68,12 @@ void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vect
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
                     const FoldOptions& options) {
-  Verification v;
-  v.ran = true;
-  v.device = options.device;
-  v.savedFloat64Bound = options.savedFloat64Bound;
-  c10::Device device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
-  if (device.is_cuda() && !torch::cuda::is_available())
-    throw SettingError("device", "no CUDA device is available here to verify on");
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
-
-  std::vector<std::vector<at::Tensor>> inputSets{tm.exampleInputs};
-  for (int i = 1; i <= options.randomInputs; ++i)
-    inputSets.push_back(makeInputs(model.inputSpecs, options.seed + 1000 + i));
-  v.runs = static_cast<int>(inputSets.size());
+  auto setup = startVerification(model, &tm.exampleInputs, options);
+  auto& v = setup.verification;
+  const auto device = setup.device;
+  const auto& inputSets = setup.inputSets;
 
   // float32 (the model's own dtype): original vs folded.
   jit::Module original32 = tm.module;
@@ -125,7 +117,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   }
   keepWorst(v.worstFlips, kWorstFlips);
   summarizeChecks(v, options.float64Tolerance, options.savedFloat64Bound);
-  return v;
+  return setup.verification;
 }
 
 }  // namespace foldnorm::fold_detail

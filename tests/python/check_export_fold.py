@@ -10,6 +10,9 @@ For every program of tests/fixtures/export_fold_models.py and both forms of the 
     library, and both forms with it), the program holds the RMSNorm nodes the report promises,
     and its outputs on the example input and a second input equal the original's (from the
     fixture's reference, computed by torch.export.load of the original) within 1e-5 relative;
+  - the plans beyond the paper are in the file as the report says: one aten.mean.dim per inserted
+    centering, one foldnorm.add_rms_norm per fused add (the foldnorm form; none in the aten form);
+    the LayerScale fixture folds every LN (scaled centerings), embed_ln inserts one centering;
   - the folded program still decomposes (run_decompositions) and runs.
 Exits 1 on any problem, naming each; 0 when all hold.
 """
@@ -29,7 +32,7 @@ def relative(got, want):
     return float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
-def check_load(path, ref_path, op, library):
+def check_load(path, ref_path, op, library, fused=0, inserted=0):
     """Loads `path` in this process and compares with the reference; returns the problems."""
     import torch
     if library:
@@ -38,8 +41,13 @@ def check_load(path, ref_path, op, library):
     ep = torch.export.load(path)
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
     want = "aten.rms_norm.default" if op == "aten" else "foldnorm.rms_norm.default"
-    if not any(t == want for t in targets):
+    if not any(t in (want, "foldnorm.add_rms_norm.default") for t in targets):
         problems.append(f"no {want} in the loaded program")
+    if targets.count("foldnorm.add_rms_norm.default") != fused:
+        problems.append(f"{targets.count('foldnorm.add_rms_norm.default')} foldnorm.add_rms_norm nodes, "
+                        f"the report says {fused} fused adds")
+    if targets.count("aten.mean.dim") < inserted:
+        problems.append(f"{targets.count('aten.mean.dim')} aten.mean.dim nodes for {inserted} inserted centerings")
     ref = torch.load(ref_path)
     m = ep.module()
     # Keyword-only programs (Hugging Face style) take their inputs by the example's keywords.
@@ -74,10 +82,11 @@ def main(argv):
     p.add_argument("--foldnorm")
     p.add_argument("--ops")
     p.add_argument("--out")
-    p.add_argument("--load-check", nargs=3, metavar=("PT2", "REF", "OP"), help=argparse.SUPPRESS)
+    p.add_argument("--load-check", nargs=5, metavar=("PT2", "REF", "OP", "FUSED", "INSERTED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.load_check:  # the child: load without the library
-        problems = check_load(*a.load_check, library=None)
+        pt2, ref, op, fused, inserted = a.load_check
+        problems = check_load(pt2, ref, op, None, int(fused), int(inserted))
         print("\n".join(problems) if problems else "ok")
         return 1 if problems else 0
 
@@ -107,13 +116,24 @@ def main(argv):
                 problems.append(f"{where}: C++ float64 verification: {v['worst_relative_float64']:.2e}")
             if not report["folded"]:
                 problems.append(f"{where}: nothing was folded")
+            fused, inserted = report["fused_add_norms"], len(report["inserted_centerings"])
+            if op == "aten" and fused:
+                problems.append(f"{where}: {fused} fused adds in the portable form")
+            if op == "foldnorm" and name in ("prenorm", "layerscale", "embed_ln") and not fused:
+                problems.append(f"{where}: no residual add fused with its folded norm")
+            if name == "layerscale" and report["kept"]:
+                problems.append(f"{where}: LayerScale keeps {report['kept']} (scaled centerings not folded)")
+            if name == "embed_ln" and (inserted != 1 or report["kept"]):
+                problems.append(f"{where}: {inserted} inserted centerings, kept {report['kept']}")
             ref = os.path.join(src, name + ".ref.pt")
             if op == "aten":  # loads with torch alone: a fresh Python that never saw our library
-                c = subprocess.run([sys.executable, __file__, "--load-check", out, ref, op], capture_output=True, text=True)
+                c = subprocess.run([sys.executable, __file__, "--load-check", out, ref, op, str(fused), str(inserted)],
+                                   capture_output=True, text=True)
                 if c.returncode != 0:
                     problems.append(f"{where} without the library: {(c.stdout + c.stderr).strip()[-600:]}")
-            problems += [f"{where} with the library: {x}" for x in check_load(out, ref, op, a.ops)]
+            problems += [f"{where} with the library: {x}" for x in check_load(out, ref, op, a.ops, fused, inserted)]
             results.append(f"{where}: folded {len(report['folded'])}, kept {len(report['kept'])}, "
+                           f"inserted {inserted}, fused {fused}, "
                            f"float64 {v['worst_relative_float64']:.1e}, float32 {v['worst_relative_float32']:.1e}")
     print("\n".join(results))
     print("\n".join(problems) if problems else f"ok: {len(results)} folded programs load and match")

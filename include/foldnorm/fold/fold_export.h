@@ -7,12 +7,18 @@
 //   layer_norm(h, [C], p_w, p_b, eps)             rms_norm(h, [C], p_w, eps) -> add.Tensor(., p_b)
 //                                                 or foldnorm::rms_norm(h, [C], p_w, p_b, eps)
 //
-// Centering is done in float64 and cast back (ParameterPlan's actions, in order). Ties, as the
-// plan says: in place (every name of the storage is centered), own name (this FQN gets its own
-// storage), or redirected reads (a new parameter `foldnorm_centered_<fqn>` with its own placeholder
-// and signature entry; the covered reads use it). A native_layer_norm is replaced only when its
-// mean and rstd outputs have no users. Every new value gets a tensor_values entry, every name is
-// unique, outputs and every untouched field stay as read.
+// Centering is done in float64 and cast back (ParameterPlan's actions, in order; a scaled one
+// reads its scale by FQN from the archive). Ties, as the plan says: in place (every name of the
+// storage is centered), own name (this FQN gets its own storage), or redirected reads (a new
+// parameter `foldnorm_centered_<fqn>` with its own placeholder and signature entry; the covered
+// reads use it, one inside a wrap_with_set_grad_enabled subgraph through a new operand and
+// subgraph input). Each inserted centering (AnalysisResult::insertions) is aten.mean.dim(x,
+// axes, True) + aten.sub.Tensor after x's producer, every later reader of x reading the result.
+// With foldnorm::rms_norm and options.fuseAddNorm, each residual aten.add.Tensor read by a
+// folded norm becomes one foldnorm::add_rms_norm (two outputs) where that is exact
+// (src/fold/export_fuse.cpp). A native_layer_norm is replaced only when its mean and rstd
+// outputs have no users. Every new value gets a tensor_values entry, every name is unique,
+// outputs and every untouched field stay as read; a changed tensor keeps its recorded device.
 //
 // Verification runs original and folded programs through the interpreter (torch/
 // export_interpreter.h) on the example inputs and random inputs from the spec, in float32 and on

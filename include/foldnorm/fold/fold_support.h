@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <functional>
 #include <string>
@@ -23,6 +24,18 @@ using ScaleLookup = std::function<at::Tensor(ParamId)>;
 /// `scaleOf` a scaled action is refused in one line.
 at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions,
                         const ScaleLookup& scaleOf = {});
+
+/// What both folds' verifications start from: `verification` marked as run on options.device
+/// (with the saved-file bound), that device, and the input sets: `examples` (when given), then
+/// options.randomInputs sets drawn from the model's input spec (one drawn at options.seed when
+/// that makes none). SettingError("device") when CUDA is asked for and absent.
+struct VerificationSetup {
+  Verification verification;
+  c10::Device device{c10::kCPU};
+  std::vector<std::vector<at::Tensor>> inputSets;
+};
+VerificationSetup startVerification(const ImportedModel& model, const std::vector<at::Tensor>* examples,
+                                    const FoldOptions& options);
 
 /// Records a centered parameter (and its untie, with the bytes copied) in `report`.
 void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan);
