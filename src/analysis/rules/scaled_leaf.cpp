@@ -143,10 +143,14 @@ double unitRoundoff(const std::string& dtype) {
 void scaledLeafMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  auto slot = *scaledSlot(g, ctx.nodeId());
-  ValueId x = n.inputs.at(slot), scaleOperand = n.inputs.at(1 - slot);
+  // Called for nodes its predicate accepted; a caller that did not ask (a robustness test) gets
+  // the next rule's answer rather than a read of an empty optional.
+  auto slot = scaledSlot(g, ctx.nodeId());
+  auto found = slot ? scaledProducer(g, n.inputs.at(*slot)) : std::nullopt;
+  if (!found) { ctx.delegateTo(nextRule(g, ctx.nodeId())); return; }
+  ValueId x = n.inputs.at(*slot), scaleOperand = n.inputs.at(1 - *slot);
   const auto& f = ctx.fact(x);
-  auto chain = *scaledProducer(g, x);
+  const auto& chain = *found;
   auto producer = chain.producer;
   auto out = rankOf(g, n.outputs.at(0));
   // The product must be of the weight leaf and its separate biases alone, mean-zero along one
