@@ -5,6 +5,8 @@
 // tests/fixtures/edge_beyond_paper.py, whose expectations the fixture oracle confirmed in float64.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "foldnorm/fold/fold.h"
@@ -36,6 +38,42 @@ IrModel scaledModel() {
            {"lnw", spec("8")}, {"lnb", spec("8")}}};
 }
 
+/// The bias as its own op (the forms traces show), then a table t and an LN over 8 channels:
+///  "linear":  g * (linear(x, w, None) + b)
+///  "matmul":  g * (b + x @ w^T)
+///  "conv":    g.view(8,1,1) * (conv2d(img, cw, None) + b.view(8,1,1)), channels last
+///  "scale-then-bias":  linear(x, w, None) * g + b
+///  "bias-read-elsewhere": the same, and the LN output is multiplied by b too (b has another reader)
+IrModel separateBiasModel(const std::string& form) {
+  auto spec = [](const char* s) { return parseInputSpec(s); };
+  std::string ir = std::string("graph(%x : Tensor, %w : Tensor, %cw : Tensor, %b : Tensor, %g : Tensor, %t : Tensor,"
+                               " %lnw : Tensor, %lnb : Tensor):\n") +
+                   kHeader + "  %none : NoneType = prim::Constant()\n";
+  if (form == "linear") {
+    ir += "  %y : Tensor = aten::linear(%x, %w, %none)\n  %yb : Tensor = aten::add(%y, %b, %one)\n"
+          "  %h : Tensor = aten::mul(%g, %yb)\n";
+  } else if (form == "matmul") {
+    ir += "  %wt : Tensor = aten::t(%w)\n  %y : Tensor = aten::matmul(%x, %wt)\n"
+          "  %yb : Tensor = aten::add(%b, %y, %one)\n  %h : Tensor = aten::mul(%yb, %g)\n";
+  } else if (form == "conv") {
+    ir += "  %cs : int[] = prim::Constant[value=[1, 1]]()\n  %cp : int[] = prim::Constant[value=[0, 0]]()\n"
+          "  %c : Tensor = aten::conv2d(%x, %cw, %none, %cs, %cp, %cs, %one)\n"
+          "  %gs : int[] = prim::Constant[value=[8, 1, 1]]()\n  %bc : Tensor = aten::view(%b, %gs)\n"
+          "  %cb : Tensor = aten::add(%c, %bc, %one)\n  %gc : Tensor = aten::view(%g, %gs)\n"
+          "  %hc : Tensor = aten::mul(%cb, %gc)\n  %pm : int[] = prim::Constant[value=[0, 2, 3, 1]]()\n"
+          "  %h : Tensor = aten::permute(%hc, %pm)\n";
+  } else {
+    ir += "  %y : Tensor = aten::linear(%x, %w, %none)\n  %ys : Tensor = aten::mul(%y, %g)\n"
+          "  %h : Tensor = aten::add(%ys, %b, %one)\n";
+  }
+  ir += "  %r : Tensor = aten::add(%h, %t, %one)\n"
+        "  %z : Tensor = aten::layer_norm(%r, %s, %lnw, %lnb, %eps, %f)\n";
+  ir += form == "bias-read-elsewhere" ? "  %zb : Tensor = aten::mul(%z, %b)\n  return (%zb)\n" : "  return (%z)\n";
+  return {ir, {spec(form == "conv" ? "2x4x3x3" : "2x3x4")},
+          {{"w", spec("8x4")}, {"cw", spec("8x4x1x1")}, {"b", spec("8")}, {"g", spec("8:float32[0.5,2)")},
+           {"t", spec("8")}, {"lnw", spec("8")}, {"lnb", spec("8")}}};
+}
+
 /// e = LN0(x); r = e + linear(LN1(e)); LN2(r) [and e returned too]: the stream starts at LN0's output.
 IrModel streamModel(bool returnsStream) {
   auto spec = [](const char* s) { return parseInputSpec(s); };
@@ -49,6 +87,36 @@ IrModel streamModel(bool returnsStream) {
                    (returnsStream ? "  %out : (Tensor, Tensor) = prim::TupleConstruct(%z, %e)\n  return (%out)\n"
                                   : "  return (%z)\n");
   return {ir, {spec("2x3x8")}, {{"w", spec("8x8")}, {"b", spec("8")}, {"lnw", spec("8")}, {"lnb", spec("8")}}};
+}
+
+/// MLP-Mixer in small: e = linear(x) (the stem, mean-zero along channels); ln0; a token-mixing
+/// linear on the transposed LN output, transposed back (mean-zero along tokens, not channels);
+/// r1 = e + tok; ln1; a channel linear; r2 = r1 + c; ln2. Tokens 4, channels 8. With
+/// `sideReader`, a linear also reads the token-mixing output (its result joins the stream).
+IrModel mixerModel(bool sideReader) {
+  auto spec = [](const char* s) { return parseInputSpec(s); };
+  std::string ir =
+      std::string("graph(%x : Tensor, %we : Tensor, %be : Tensor, %wt : Tensor, %bt : Tensor, %wc : Tensor,"
+                  " %bc : Tensor, %ws : Tensor, %bs : Tensor, %lnw : Tensor, %lnb : Tensor):\n") +
+      kHeader +
+      "  %two : int = prim::Constant[value=2]()\n"
+      "  %e : Tensor = aten::linear(%x, %we, %be)\n"
+      "  %n0 : Tensor = aten::layer_norm(%e, %s, %lnw, %lnb, %eps, %f)\n"
+      "  %t : Tensor = aten::transpose(%n0, %one, %two)\n"
+      "  %a : Tensor = aten::linear(%t, %wt, %bt)\n"
+      "  %tok : Tensor = aten::transpose(%a, %one, %two)\n"
+      "  %r1 : Tensor = aten::add(%e, %tok, %one)\n"
+      "  %n1 : Tensor = aten::layer_norm(%r1, %s, %lnw, %lnb, %eps, %f)\n"
+      "  %c : Tensor = aten::linear(%n1, %wc, %bc)\n" +
+      (sideReader ? "  %side : Tensor = aten::linear(%tok, %ws, %bs)\n"
+                    "  %c2 : Tensor = aten::add(%c, %side, %one)\n"
+                    "  %r2 : Tensor = aten::add(%r1, %c2, %one)\n"
+                  : "  %r2 : Tensor = aten::add(%r1, %c, %one)\n") +
+      "  %z : Tensor = aten::layer_norm(%r2, %s, %lnw, %lnb, %eps, %f)\n"
+      "  return (%z)\n";
+  return {ir, {spec("2x4x6")},
+          {{"we", spec("8x6")}, {"be", spec("8")}, {"wt", spec("4x4")}, {"bt", spec("4")}, {"wc", spec("8x8")},
+           {"bc", spec("8")}, {"ws", spec("8x8")}, {"bs", spec("8")}, {"lnw", spec("8")}, {"lnb", spec("8")}}};
 }
 
 ParamId paramNamed(const Graph& g, const std::string& path) {
@@ -153,5 +221,106 @@ TEST_CASE("one inserted centering frees the LNs of a stream that starts at an LN
     CHECK_FALSE(r.result.insertions[0].inserted);
     CHECK(r.result.insertions[0].consumer == r.model.graph.returnNode());
     CHECK(r.result.insertions[0].why.find("model output") != std::string::npos);
+  }
+}
+
+TEST_CASE("a token-mixing output mean-zero along the wrong axis is an insertion point", "[analysis][insert]") {
+  AnalysisOptions off;
+  off.insertCentering = false;
+  auto before = analyzeIr(mixerModel(false), off);
+  REQUIRE(before.result.layerNorms.size() == 3);
+  CHECK(before.ln(0).foldable);  // reads the stem linear
+  CHECK(before.ln(1).reason == VerdictReason::Axes);
+  CHECK(before.ln(2).reason == VerdictReason::Axes);
+
+  auto a = analyzeIr(mixerModel(false));
+  const auto& g = a.model.graph;
+  CHECK(a.result.foldableCount() == 3);
+  REQUIRE(a.result.insertions.size() == 1);
+  const auto& ic = a.result.insertions[0];
+  CHECK(ic.inserted);
+  // Moved back through the transpose to the token linear, centered along its channel axis 1.
+  CHECK(g.node(ic.after).kind == "aten::linear");
+  CHECK(ic.axes == AxisSet::of({1}));
+  CHECK(ic.frees.size() == 2);
+  // Executed and verified in float64 (the folded model against the original, a second input set too).
+  auto report = foldAndVerify(a);
+  CHECK(report.inserted.size() == 1);
+  CHECK(report.folded.size() == 3);
+
+  SECTION("refused where a linear also reads the token-mixing output, naming it") {
+    auto r = analyzeIr(mixerModel(true));
+    const auto& rg = r.model.graph;
+    CHECK(r.ln(0).foldable);
+    CHECK(r.ln(1).reason == VerdictReason::Axes);
+    CHECK(r.ln(2).reason == VerdictReason::Axes);
+    REQUIRE(r.result.insertions.size() == 1);
+    const auto& refused = r.result.insertions[0];
+    CHECK_FALSE(refused.inserted);
+    REQUIRE(refused.consumer != kNone);
+    CHECK(rg.node(refused.consumer).kind == "aten::linear");
+    CHECK(rg.value(rg.node(refused.consumer).inputs.at(1)).param == paramNamed(rg, "ws"));
+    CHECK(refused.why.find("aten::linear") != std::string::npos);
+    CHECK(describeInsertion(rg, refused).find("no centering inserted") != std::string::npos);
+  }
+}
+
+TEST_CASE("a bias added as its own op is centered with the scale, before or after it", "[analysis][scale]") {
+  auto form = GENERATE(as<std::string>{}, "linear", "matmul", "conv", "scale-then-bias");
+  INFO(form);
+  auto a = analyzeIr(separateBiasModel(form));
+  const auto& g = a.model.graph;
+  REQUIRE(a.result.layerNorms.size() == 1);
+  CHECK(a.ln(0).foldable);
+  CHECK(a.result.insertions.empty());  // folded by centering parameters alone
+  // The plan names both: w scaled-centered by g; b scaled-centered by g when it is added before
+  // the scale, plainly centered when after it. t plainly; g itself never.
+  auto gamma = paramNamed(g, "g");
+  auto bias = paramNamed(g, "b");
+  auto weight = paramNamed(g, form == "conv" ? "cw" : "w");
+  std::map<ParamId, std::vector<CenterAction>> planned;
+  for (const auto& p : a.result.plan) planned[p.param] = p.actions;
+  CHECK(planned.count(gamma) == 0);
+  REQUIRE(planned[weight].size() == 1);
+  CHECK(planned[weight][0].scale == gamma);
+  REQUIRE(planned[bias].size() == 1);
+  CHECK(planned[bias][0].scale == (form == "scale-then-bias" ? kNone : gamma));
+  REQUIRE(planned[paramNamed(g, "t")].size() == 1);
+  CHECK(planned[paramNamed(g, "t")][0].scale == kNone);
+  if (form != "scale-then-bias") {
+    // One leaf of the plan covers the weight op and the separate bias (the JSON lists both).
+    auto j = toJson(g, a.result, "m.pt");
+    REQUIRE(j["scale_absorptions"].size() == 1);
+    CHECK(j["scale_absorptions"][0]["scale"] == "g");
+  }
+  auto report = foldAndVerify(a);
+  CHECK(report.folded.size() == 1);
+}
+
+TEST_CASE("a separate bias: a zero gamma entry and a bias read elsewhere", "[analysis][scale]") {
+  SECTION("gamma * ((W h) + b) with a zero entry of gamma keeps, saying so") {
+    AnalysisOptions o;
+    o.insertCentering = false;  // otherwise one centering after the product frees the LN (exact)
+    auto m = importIrModel(separateBiasModel("linear"));
+    m.graph.parameter(paramNamed(m.graph, "g")).absMin = 0;
+    auto r = analyzeFoldability(m.graph, o);
+    CHECK_FALSE(r.layerNorms[0].foldable);
+    CHECK(r.layerNorms[0].reason == VerdictReason::Breaker);
+    CHECK(r.layerNorms[0].explanation.find("zero entry") != std::string::npos);
+  }
+  SECTION("(W h) * gamma + b with the bias's read also used elsewhere keeps, naming that reader") {
+    // Here one read of b feeds both the sum and a product with the LN output (an IR model reads
+    // each parameter once): centering b would change that product, so the leaf b is unsafe. (Two
+    // reads of one storage, as traces have them, untie instead: test_fold.cpp's tied weights.)
+    auto a = analyzeIr(separateBiasModel("bias-read-elsewhere"));
+    const auto& g = a.model.graph;
+    INFO(toString(a.ln(0).reason) << ": " << a.ln(0).explanation);
+    CHECK_FALSE(a.ln(0).foldable);
+    CHECK(a.ln(0).reason == VerdictReason::UnsafeShift);
+    REQUIRE(a.ln(0).consumer != kNone);
+    const auto& reader = g.node(a.ln(0).consumer);
+    CHECK(reader.kind == "aten::mul");
+    CHECK(g.value(reader.inputs.at(1)).param == paramNamed(g, "b"));
+    CHECK(a.ln(0).explanation.find("aten::mul") != std::string::npos);
   }
 }

@@ -212,6 +212,19 @@ const std::vector<Row>& rows() {
     {"scaled-leaf", kConv + "  %gs : int[] = prim::Constant[value=[8, 1, 1]]()\n"
                     "  %g : Tensor = aten::reshape(%ln_w, %gs)\n  %h : Tensor = aten::mul(%cv, %g)\n",
      "h", "mean-zero {1}", 0, "{1}", "unsafe"},
+    // The bias as its own op (issue 14): gamma * ((W h) + b) with a linear or matmul without bias,
+    // or a conv without bias and b reshaped to [C,1,1]; b is centered with the scale, as the
+    // op's own bias would be (the float64 check runs with both scaled-centered).
+    {"scaled-leaf", "  %yn : Tensor = aten::linear(%x, %w, %none)\n  %yb : Tensor = aten::add(%yn, %b, %one)\n"
+                    "  %h : Tensor = aten::mul(%yb, %ln_w)\n", "h", "mean-zero {2}", 0, "{2}", "unsafe"},
+    {"scaled-leaf", "  %wt : Tensor = aten::t(%w)\n  %ym : Tensor = aten::matmul(%x, %wt)\n"
+                    "  %yb : Tensor = aten::add(%b, %ym, %one)\n  %h : Tensor = aten::mul(%ln_w, %yb)\n",
+     "h", "mean-zero {2}", 1, "{2}", "unsafe"},
+    {"scaled-leaf", "  %cs : int[] = prim::Constant[value=[1, 1]]()\n  %cp : int[] = prim::Constant[value=[0, 0]]()\n"
+                    "  %cn : Tensor = aten::conv2d(%img, %cw, %none, %cs, %cp, %cs, %one)\n"
+                    "  %gs : int[] = prim::Constant[value=[8, 1, 1]]()\n  %bc : Tensor = aten::reshape(%b, %gs)\n"
+                    "  %cb : Tensor = aten::add(%cn, %bc, %one)\n  %g : Tensor = aten::reshape(%ln_w, %gs)\n"
+                    "  %h : Tensor = aten::mul(%cb, %g)\n", "h", "mean-zero {1}", 0, "{1}", "unsafe"},
     // ---- preserving ----
     // b [8] is a parameter leaf along its axis 0 = axis 2 of the sum; its shift is constant along
     // the axes it is broadcast over too.
@@ -220,6 +233,10 @@ const std::vector<Row>& rows() {
     // [1,8,4,4], mean-zero along the channels: the table is centered along the channels instead
     // (PiT's pos_embed), so the sum is mean-zero along them alone.
     {"add-sub", kConv + "  %h : Tensor = aten::add(%cv, %pos, %one)\n", "h", "mean-zero {1}", 1, "{1}", "passed {1}"},
+    // Scale, then bias: (W h) * gamma + b. The product is a scaled leaf (W scaled-centered), b a
+    // parameter leaf (plainly centered): the sum is mean-zero along the channels.
+    {"add-sub", "  %yn : Tensor = aten::linear(%x, %w, %none)\n  %ys : Tensor = aten::mul(%yn, %ln_w)\n"
+                "  %h : Tensor = aten::add(%ys, %b, %one)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"scale", "  %c : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::mul(%y, %c)\n",
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"identity", "  %h : Tensor = aten::neg(%y)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},

@@ -153,7 +153,7 @@ def leaf_entries(analysis: dict, leaf_ids: Sequence[int]) -> List[Tuple[str, Lis
 class InsertedCenterings:
     """Within the context, each inserted centering of the analysis centers the eager value it names:
     x - x.mean(axes, keepdim=True). Where the node is a module's whole computation (an LN or GELU
-    module) by a forward hook on that module; where it is a functional call (Whisper's
+    module, an exact nn.Linear, BatchNorm or pooling class) by a forward hook on that module; where it is a functional call (Whisper's
     nn.functional.gelu after its conv stem) by wrapping that function for calls from the node's
     source line (file:line, which the trace kept). Anything else: the oracle refuses, not guesses."""
 
@@ -166,6 +166,9 @@ class InsertedCenterings:
         self._wrapped: Dict[str, object] = {}
 
     _WHOLE_MODULE_OPS = {
+        # MLP-Mixer's token-mixing fc2 (its output is mean-zero along tokens; the centering goes
+        # there, before the transpose back).
+        "aten::linear": (nn.Linear,),
         "aten::batch_norm": (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d),
         "aten::max_pool2d": (nn.MaxPool2d,),
         "aten::avg_pool2d": (nn.AvgPool2d,),

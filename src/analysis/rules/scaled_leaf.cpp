@@ -5,6 +5,14 @@
 // gives gamma * (W' h + b') = y - mean_c(y): mean-zero along the channel axis, and changed by a
 // per-row constant, which the shift walk follows exactly as for a plain leaf.
 //
+// The bias may be its own op, before or after the scale, as traces show it:
+//  - gamma * ((W h) + b), b a separate parameter added by aten::add (a linear without bias or a
+//    matmul, then + b; a conv without bias, then + b of shape [C,1,1]): b is centered like the
+//    weight op's own bias, with the scale (b'_c = b_c - mean_k(gamma_k b_k) / gamma_c): this
+//    rule's leaf covers both, and the plan names both;
+//  - (W h) * gamma + b: the product is this rule's leaf (W scaled-centered), and b, entering the
+//    sum after it, is the parameter rule's leaf (b' = b - mean(b)).
+//
 // It belongs to the leaf family (it is a leaf: its output is made mean-zero by centering
 // parameters) and lives in its own file so the plain leaves and this pattern change apart.
 #include <algorithm>
@@ -30,37 +38,82 @@ const Rule& nextRule(const Graph& g, NodeId node) {
   return fallbackRule();
 }
 
-/// The parameter a scale operand reads, through reshapes and casts (gamma.reshape(1, -1, 1, 1)).
-std::optional<ParamId> scaleParameter(const Graph& g, ValueId v) {
+/// A parameter read through reshapes and casts (gamma.reshape(1, -1, 1, 1)), with the nodes on
+/// the way; tensor constants only when `constants` (a bias may be one: the plan centers it; a
+/// scale must be an attribute, which the fold reads from the model).
+struct ReshapedParameter {
+  ParamId param = kNone;
+  std::vector<NodeId> chain;  // from the reader back towards the parameter read
+};
+
+std::optional<ReshapedParameter> reshapedParameter(const Graph& g, ValueId v, bool constants) {
   static const std::set<std::string> pass{"aten::view", "aten::reshape", "aten::unsqueeze", "aten::to",
                                           "aten::contiguous", "aten::detach", "aten::type_as"};
+  ReshapedParameter out;
   for (int guard = 0; guard < 8; ++guard) {
     const auto& val = g.value(v);
     if (val.kind != ValueKind::Tensor) return std::nullopt;
-    if (val.param != kNone) return g.parameter(val.param).isConstant ? std::nullopt : std::optional(val.param);
+    if (val.param != kNone) {
+      if (g.parameter(val.param).isConstant && !constants) return std::nullopt;
+      out.param = val.param;
+      return out;
+    }
     if (val.producer == kNone) return std::nullopt;
     const auto& n = g.node(val.producer);
     if (!pass.count(n.kind) || n.inputs.empty()) return std::nullopt;
+    out.chain.push_back(n.id);
     v = n.inputs.at(0);
   }
   return std::nullopt;
 }
 
-/// The weight op whose output reaches `v` through layout ops and eval dropout, each value on the
-/// way read only there: scaled centering changes those values by a per-channel amount, so
-/// nothing else may read them.
-std::optional<NodeId> scaledProducer(const Graph& g, ValueId v) {
+std::optional<ParamId> scaleParameter(const Graph& g, ValueId v) {
+  auto p = reshapedParameter(g, v, false);
+  return p ? std::optional(p->param) : std::nullopt;
+}
+
+/// The weight op whose output reaches the product, and the separate biases added on the way.
+struct ScaledChain {
+  NodeId producer = kNone;
+  std::vector<NodeId> biasNodes;  // the adds of separate biases and the reshapes of their operands
+  std::vector<ParamId> biases;
+};
+
+/// The weight op whose output reaches `v` through layout ops, eval dropout and additions of a
+/// parameter (a bias as its own op), each value on the way read only there: scaled centering
+/// changes those values by a per-channel amount, so nothing else may read them.
+std::optional<ScaledChain> scaledProducer(const Graph& g, ValueId v) {
   static const std::set<std::string> pass{"aten::dropout", "aten::feature_dropout", "aten::view", "aten::reshape",
                                           "aten::permute", "aten::transpose", "aten::contiguous", "aten::clone",
                                           "aten::to", "aten::flatten", "aten::unflatten", "aten::detach"};
   static const std::set<std::string> weightOps{
       "aten::linear", "aten::addmm", "aten::matmul", "aten::mm", "aten::bmm", "aten::conv1d", "aten::conv2d",
       "aten::conv3d", "aten::_convolution", "aten::convolution", "aten::_native_multi_head_attention"};
+  static const std::set<std::string> sums{"aten::add", "aten::sub"};
+  ScaledChain chain;
   for (int guard = 0; guard < 16; ++guard) {
     const auto& val = g.value(v);
     if (val.producer == kNone || val.uses.size() != 1) return std::nullopt;
     const auto& n = g.node(val.producer);
-    if (weightOps.count(n.kind)) return n.id;
+    if (weightOps.count(n.kind)) {
+      chain.producer = n.id;
+      return chain;
+    }
+    if (sums.count(n.kind) && n.inputs.size() >= 2 && isTensor(g, n.inputs[0]) && isTensor(g, n.inputs[1]) &&
+        (n.inputs.size() < 3 || g.constantDouble(n.inputs[2]))) {
+      // (W h) + b or (W h) - b: one operand a parameter, the other the way on.
+      std::optional<std::size_t> slot;
+      for (std::size_t s = 0; s < 2 && !slot; ++s)
+        if (auto b = reshapedParameter(g, n.inputs[1 - s], true); b && !isParamOperand(g, n.inputs[s])) {
+          chain.biases.push_back(b->param);
+          chain.biasNodes.push_back(n.id);
+          chain.biasNodes.insert(chain.biasNodes.end(), b->chain.begin(), b->chain.end());
+          slot = s;
+        }
+      if (!slot) return std::nullopt;
+      v = n.inputs.at(*slot);
+      continue;
+    }
     if (!pass.count(n.kind) || n.inputs.empty()) return std::nullopt;
     v = n.inputs.at(0);
   }
@@ -90,21 +143,40 @@ double unitRoundoff(const std::string& dtype) {
 void scaledLeafMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
   const auto& n = ctx.node();
-  auto slot = *scaledSlot(g, ctx.nodeId());
-  ValueId x = n.inputs.at(slot), scaleOperand = n.inputs.at(1 - slot);
+  // Called for nodes its predicate accepted; a caller that did not ask (a robustness test) gets
+  // the next rule's answer rather than a read of an empty optional.
+  auto slot = scaledSlot(g, ctx.nodeId());
+  auto found = slot ? scaledProducer(g, n.inputs.at(*slot)) : std::nullopt;
+  if (!found) { ctx.delegateTo(nextRule(g, ctx.nodeId())); return; }
+  ValueId x = n.inputs.at(*slot), scaleOperand = n.inputs.at(1 - *slot);
   const auto& f = ctx.fact(x);
-  auto producer = *scaledProducer(g, x);
+  const auto& chain = *found;
+  auto producer = chain.producer;
   auto out = rankOf(g, n.outputs.at(0));
-  // The product must be of the weight leaf alone, mean-zero along one axis the scale varies
-  // along, with one scale per output channel of that leaf; otherwise the product is an ordinary
-  // one (the preserving rule decides).
-  if (!f.isMeanZero() || f.leaves.size() != 1 || f.factor || out < 0) { ctx.delegateTo(nextRule(g, ctx.nodeId())); return; }
-  const Leaf& base = ctx.leaf(f.leaves[0]);
+  // The product must be of the weight leaf and its separate biases alone, mean-zero along one
+  // axis the scale varies along, with one scale per output channel of that leaf; otherwise the
+  // product is an ordinary one (the preserving rule decides).
+  if (!f.isMeanZero() || f.factor || out < 0) { ctx.delegateTo(nextRule(g, ctx.nodeId())); return; }
+  const Leaf* weight = nullptr;
+  std::vector<const Leaf*> biasLeaves;
+  bool onlyChain = true;
+  for (auto id : f.leaves) {
+    const Leaf& l = ctx.leaf(id);
+    if (l.node == producer && l.kind != LeafKind::Parameter && !weight) weight = &l;
+    else if (l.kind == LeafKind::Parameter && l.actions.size() == 1 &&
+             std::count(chain.biases.begin(), chain.biases.end(), l.actions[0].param))
+      biasLeaves.push_back(&l);
+    else onlyChain = false;
+  }
+  if (!weight || !onlyChain || biasLeaves.size() != chain.biases.size()) {
+    ctx.delegateTo(nextRule(g, ctx.nodeId()));
+    return;
+  }
+  const Leaf& base = *weight;
   auto axes = alignAxes(f.axes, rankOf(g, x), out);
   const auto* outShape = shapeOf(g, n.outputs.at(0));
   const auto* scaleShape = shapeOf(g, scaleOperand);
-  bool fits = base.node == producer && base.kind != LeafKind::Parameter && axes.size() == 1 && outShape &&
-              scaleShape && !base.actions.empty();
+  bool fits = axes.size() == 1 && outShape && scaleShape && !base.actions.empty();
   int64_t axis = fits ? axes.axes()[0] : -1;
   int64_t channels = fits ? outShape->at(axis) : 0;
   if (fits) {
@@ -113,6 +185,17 @@ void scaledLeafMz(MeanZeroContext& ctx) {
     for (int64_t i = 0; i < int64_t(scaleShape->size()); ++i)
       if (scaleShape->at(i) != 1 && i + offset != axis) fits = false;
     if (offset < 0 || (axis - offset >= 0 && scaleShape->at(axis - offset) != channels)) fits = false;
+    for (const auto* l : biasLeaves)  // a separate bias: one entry per channel
+      for (const auto& a : l->actions) {
+        int64_t entries = 1;
+        for (auto d : g.parameter(a.param).shape) entries *= d;
+        if (entries != channels) fits = false;
+      }
+    for (const auto* l : biasLeaves)
+      for (const auto& a : l->actions) {
+        const auto& shape = g.parameter(a.param).shape;
+        if (a.groups != 1 || a.axis >= int64_t(shape.size()) || shape[a.axis] != channels) fits = false;
+      }
     for (const auto& a : base.actions) {
       const auto& shape = g.parameter(a.param).shape;
       if (a.groups != 1 || a.axis >= int64_t(shape.size()) || shape[a.axis] != channels) fits = false;
@@ -146,6 +229,10 @@ void scaledLeafMz(MeanZeroContext& ctx) {
   Leaf leaf = base;
   leaf.output = n.outputs.at(0);
   leaf.axes = AxisSet::of({axis});
+  // A separate bias is centered with the scale like the weight op's own (its add and reshapes
+  // join the chain: the reads there are the leaf's, see leafParameterUses).
+  for (const auto* l : biasLeaves) leaf.actions.insert(leaf.actions.end(), l->actions.begin(), l->actions.end());
+  leaf.chain.insert(leaf.chain.end(), chain.biasNodes.begin(), chain.biasNodes.end());
   for (auto& a : leaf.actions) a.scale = gamma;
   leaf.scale = gamma;
   leaf.scaleNode = ctx.nodeId();
@@ -161,16 +248,17 @@ ShiftOutcome scaledLeafShift(const ShiftInput& in) { return nextRule(in.graph, i
 void addScaledLeafRules(std::vector<Rule>& rules) {
   FamilyTable t(rules, RuleFamily::Leaf);
   // mul(W h + b, gamma) (either operand order; gamma a parameter through reshapes, varying only
-  // along the leaf's axis; the weight op's output reaching the product through layout ops or
-  // eval dropout, read nowhere else).
+  // along the leaf's axis; the weight op's output reaching the product through layout ops, eval
+  // dropout or the addition of a separate bias parameter, read nowhere else).
   //   mean-zero: a leaf along that axis once W and b are scaled-centered (every gamma_c != 0 and
   //              max|gamma|/min|gamma| within 1/sqrt(u) of gamma's dtype; otherwise broken with
   //              the numbers); a product whose facts do not fit is the next rule's (scale).
   //   shift:     the next rule's (a shift reaching the product from upstream is an ordinary one).
   t.add(kScaledLeaf, {"aten::mul", "aten::mul_"},
-        "gamma * (W h + b) with a per-channel parameter gamma: centering the scaled map (W'[c] = "
-        "W[c] - mean_k(gamma_k W[k]) / gamma_c, b likewise) makes the product mean-zero along the "
-        "channels; refused when some gamma_c is 0 or max|gamma|/min|gamma| exceeds 1/sqrt(u) of its dtype",
+        "gamma * (W h + b) with a per-channel parameter gamma (b the op's own bias or added on its "
+        "own): centering the scaled map (W'[c] = W[c] - mean_k(gamma_k W[k]) / gamma_c, b likewise) "
+        "makes the product mean-zero along the channels; refused when some gamma_c is 0 or "
+        "max|gamma|/min|gamma| exceeds 1/sqrt(u) of its dtype",
         scaledLeafMz, scaledLeafShift, isScaledLeaf);
 }
 
