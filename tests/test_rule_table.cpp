@@ -389,7 +389,7 @@ const std::vector<Row>& rows() {
                  "  %h : Tensor = aten::add(%y, %h0, %one)\n", "op:aten::zeros", "broken", 0, "{1}", "unsafe"},
     {"model-input", "  %h : Tensor = aten::add(%y, %u, %one)\n", "u", "broken", 0, "{2}", "ignored"},
     {"model-output", "", "return", "none", 0, "{2}", "unsafe"},
-    {"unknown-op", "  %h : Tensor = aten::cumsum(%y, %m1, %none)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"unknown-op", "  %h : Tensor = aten::logcumsumexp(%y, %m1)\n", "h", "broken", 0, "{2}", "unsafe"},
     // ---- interpolation (issue 13: DINOv2's interpolated position table): per channel, weights
     // summing to one: the channel mean stays zero and a shift stays constant on every axis ----
     {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[7, 7]]()\n"
