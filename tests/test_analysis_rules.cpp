@@ -239,8 +239,8 @@ TEST_CASE("ops that break the zero mean are named with the path back to them", "
        "  %d : int = prim::Constant[value=-1]()\n  %s : int = prim::Constant[value=1]()\n"
        "  %e : int = prim::Constant[value=9]()\n  %st : int = prim::Constant[value=1]()\n"
        "  %h : Tensor = aten::slice(%h0, %d, %s, %e, %st)\n", "aten::_pad_enum"},
-      {"unknown op", "  %d : int = prim::Constant[value=-1]()\n  %none2 : NoneType = prim::Constant()\n"
-                     "  %h : Tensor = aten::cumsum(%y, %d, %none2)\n", "aten::cumsum"},
+      {"unknown op", "  %d : int = prim::Constant[value=-1]()\n"
+                     "  %h : Tensor = aten::logcumsumexp(%y, %d)\n", "aten::logcumsumexp"},
       {"training dropout", "  %p : float = prim::Constant[value=0.1]()\n  %t : bool = prim::Constant[value=1]()\n"
                            "  %h : Tensor = aten::dropout(%y, %p, %t)\n", "aten::dropout"},
       {"softmax", "  %d : int = prim::Constant[value=-1]()\n  %none2 : NoneType = prim::Constant()\n"

@@ -122,6 +122,26 @@ TEST_CASE("with containers in containers every call is named by the module it ra
   CHECK(b.pathOf(b10) == "block.1.0");
 }
 
+TEST_CASE("a call whose constants the tracer hoisted to the top still finds its parent call", "[graph][module_paths]") {
+  // BERT's encoder.layer[0].attention.output.dropout: the dropout module reads no attribute, and
+  // its only other node, the constant p, sits in the constant pool at the top of the graph, before
+  // any module's GetAttr. Scanning for the parent from there found none and kept the call-stack
+  // names, which skip the ModuleList ("0.output.dropout"): the scan starts at the dropout op.
+  GraphBuilder b;
+  auto x = b.g.addOutput(b.g.graphInputNode(), "x", ValueKind::Tensor);
+  enum Site : std::size_t { kOut, kDense, kDrop };
+  auto p = b.op("prim::Constant", {}, kDrop, "0.output.dropout");
+  auto outmod = b.getattr(b.getattr(b.getattr(b.self, "layer", false), "layer.0", false), "layer.0.output", false);
+  auto densemod = b.getattr(outmod, "layer.0.output.dense", false, kOut, "0.output");
+  auto dense = b.op("aten::linear", {x, b.getattr(densemod, "layer.0.output.dense.weight", true, kDense, "0.output.dense")},
+                    kDense, "0.output.dense");
+  auto drop = b.op("aten::dropout", {dense, p}, kDrop, "0.output.dropout");
+  b.finish({drop});
+  inferModulePaths(b.g, b.evidence);
+  CHECK(b.pathOf(dense) == "layer.0.output.dense");
+  CHECK(b.pathOf(drop) == "layer.0.output.dropout");
+}
+
 TEST_CASE("the module-path pass refuses evidence that does not match the graph", "[graph][module_paths]") {
   GraphBuilder b;
   b.finish({});

@@ -257,6 +257,13 @@ const std::vector<Row>& rows() {
     {"row-mask", kRowMasks + "  %h : Tensor = aten::masked_fill(%y, %elems, %c0)\n", "h", "broken", 0, "{2}", "passed {}"},
     {"row-mask", kRowMasks + "  %c1 : float = prim::Constant[value=1.]()\n  %h : Tensor = aten::masked_fill(%y, %rows, %c1)\n",
      "h", "broken", 1, "{2}", "unsafe"},
+    // addcmul: y + y * s with s [2,3,1] (a per-row scale from u) keeps y's zero mean; times the
+    // per-feature ln_w [8] it breaks.
+    {"addcmul", "  %s : Tensor = aten::mean(%u, %last, %t, %none)\n  %h : Tensor = aten::addcmul(%y, %y, %s, %one)\n",
+     "h", "mean-zero {2}", 1, "{2}", "passed {2}"},
+    {"addcmul", "  %h : Tensor = aten::addcmul(%y, %ln_w, %y, %one)\n", "h", "broken", 2, "{2}", "unsafe"},
+    {"addcmul", "  %s : Tensor = aten::mean(%u, %last, %t, %none)\n  %h : Tensor = aten::addcmul(%y, %y, %s, %one)\n",
+     "h", "mean-zero {2}", 0, "{1}", "passed {1}"},
     // ---- axis ----
     {"view", "  %s : int[] = prim::Constant[value=[6, 8]]()\n  %h : Tensor = aten::view(%y, %s)\n",
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
@@ -291,6 +298,16 @@ const std::vector<Row>& rows() {
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"reduce", "  %d : int[] = prim::Constant[value=[1]]()\n  %h : Tensor = aten::mean(%y, %d, %f, %none)\n",
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
+    // a dims list built in the graph from a size (x.shape[1] - 2 traced as aten::size) reads the
+    // recorded shape
+    {"reduce", "  %d1 : int = aten::size(%y, %one)\n  %d2 : int = aten::sub(%d1, %two)\n"
+               "  %dl : int[] = prim::ListConstruct(%d2)\n  %h : Tensor = aten::mean(%y, %dl, %f, %none)\n",
+     "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
+    // cumsum/diff along the tokens (axis 1) keep the zero mean along the features; along the
+    // features they break it, and a shift constant along the scan does not stay constant.
+    {"scan", "  %h : Tensor = aten::cumsum(%y, %one, %none)\n", "h", "mean-zero {2}", 0, "{1,2}", "passed {2}"},
+    {"scan", "  %h : Tensor = aten::cumsum(%y, %two, %none)\n", "h", "broken", 0, "{2}", "passed {}"},
+    {"scan", "  %h : Tensor = aten::diff(%y, %one, %one, %none, %none)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
     {"attention-weighted-sum",
      "  %ut : Tensor = aten::transpose(%u, %one, %two)\n  %s : Tensor = aten::matmul(%u, %ut)\n"
      "  %pr : Tensor = aten::softmax(%s, %m1, %none)\n  %h : Tensor = aten::matmul(%pr, %y)\n",
@@ -321,6 +338,13 @@ const std::vector<Row>& rows() {
     // space-to-depth it splits the channels out again whole.
     {"shuffle", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1} f(1,8,4)", 0, "{1,2,3}", "passed {1,2,3}"},
     {"shuffle", kConv + "  %h : Tensor = aten::pixel_unshuffle(%cv, %two)\n", "h", "mean-zero {1} f(1,8,4)", 0, "{1}", "passed {} f(1,8,4)"},
+    // repeat_interleave by one count keeps the zero mean along every axis (along the repeated
+    // one too: a row repeated r times sums to r * 0); by per-element counts, not along that axis.
+    {"repeat-interleave", "  %h : Tensor = aten::repeat_interleave(%y, %two, %two, %none)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"repeat-interleave", "  %h : Tensor = aten::repeat_interleave(%y, %two, %one, %none)\n", "h", "mean-zero {2}", 0, "{1,2}", "passed {1,2}"},
+    {"repeat-interleave", "  %s8 : int[] = prim::Constant[value=[8]]()\n  %l : int = prim::Constant[value=4]()\n"
+                          "  %rc : Tensor = aten::ones(%s8, %l, %none, %none, %none)\n"
+                          "  %h : Tensor = aten::repeat_interleave(%y, %rc, %two, %none)\n", "h", "broken", 0, "{2}", "passed {2}"},
     {"shuffle", kConv + "  %h : Tensor = aten::pixel_shuffle(%cv, %two)\n", "h", "mean-zero {1,2,3}", 0, "{1}", "passed {1} f(2,2,1)"},
     {"shuffle", kConv + "  %pu : Tensor = aten::pixel_unshuffle(%cv, %two)\n  %h : Tensor = aten::pixel_shuffle(%pu, %two)\n",
      "h", "mean-zero {1}", 0, "{} f(1,8,4)", "passed {1}"},
@@ -371,13 +395,18 @@ const std::vector<Row>& rows() {
     {"shape-only", "  %h : Tensor = aten::zeros_like(%y, %none, %none, %none, %none, %none)\n", "h", "broken", 0, "{2}", "ignored"},
     // ---- breaker ----
     {"nonlinearity", "  %h : Tensor = aten::relu(%y)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"nonlinearity", "  %yc : Tensor = aten::clone(%y, %none)\n  %h : Tensor = aten::silu_(%yc)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"vector-norm", "  %o : float = prim::Constant[value=2.]()\n"
+                    "  %h : Tensor = aten::linalg_vector_norm(%y, %o, %last, %t, %none)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"comparison", "  %c0 : float = prim::Constant[value=0.]()\n  %h : Tensor = aten::ge(%y, %c0)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"in-place-write", "  %yc : Tensor = aten::clone(%y, %none)\n  %h : Tensor = aten::zero_(%yc)\n", "h", "broken", 0, "{2}", "unsafe"},
     {"normalization", "  %s : int[] = prim::Constant[value=[8]]()\n  %h : Tensor = aten::rms_norm(%y, %s, %ln_w, %none)\n",
      "h", "broken", 0, "{2}", "unsafe"},
     {"creation", "  %s : int[] = prim::Constant[value=[3, 8]]()\n  %h0 : Tensor = aten::zeros(%s, %none, %none, %none, %none)\n"
                  "  %h : Tensor = aten::add(%y, %h0, %one)\n", "op:aten::zeros", "broken", 0, "{1}", "unsafe"},
     {"model-input", "  %h : Tensor = aten::add(%y, %u, %one)\n", "u", "broken", 0, "{2}", "ignored"},
     {"model-output", "", "return", "none", 0, "{2}", "unsafe"},
-    {"unknown-op", "  %h : Tensor = aten::cumsum(%y, %m1, %none)\n", "h", "broken", 0, "{2}", "unsafe"},
+    {"unknown-op", "  %h : Tensor = aten::logcumsumexp(%y, %m1)\n", "h", "broken", 0, "{2}", "unsafe"},
     // ---- interpolation (issue 13: DINOv2's interpolated position table): per channel, weights
     // summing to one: the channel mean stays zero and a shift stays constant on every axis ----
     {"interpolate", kConv + "  %sz : int[] = prim::Constant[value=[7, 7]]()\n"

@@ -171,12 +171,67 @@ std::optional<bool> Graph::constantBool(ValueId v) const {
   return std::nullopt;
 }
 
+namespace {
+
+/// An int the graph computes from a tensor's size (h.shape[-1] traces as aten::size(h, -1),
+/// sometimes through NumToTensor/Int, x.dim() - 1 through int arithmetic), read from the
+/// recorded shape; or a constant int. `depth` bounds the walk (size arithmetic is shallow).
+std::optional<int64_t> sizeInt(const Graph& g, ValueId v, int depth = 0) {
+  if (auto c = g.constantInt(v)) return c;
+  const auto& val = g.value(v);
+  if (val.producer == kNone || depth > 8) return std::nullopt;
+  const auto& n = g.node(val.producer);
+  if ((n.kind == "aten::Int" || n.kind == "prim::NumToTensor" || n.kind == "aten::ScalarImplicit") &&
+      n.inputs.size() == 1)
+    return sizeInt(g, n.inputs[0], depth + 1);
+  if ((n.kind == "aten::add" || n.kind == "aten::sub" || n.kind == "aten::mul" || n.kind == "aten::floordiv") &&
+      n.inputs.size() == 2 && g.value(n.inputs[0]).kind == ValueKind::Int && g.value(n.inputs[1]).kind == ValueKind::Int) {
+    auto a = sizeInt(g, n.inputs[0], depth + 1), b = sizeInt(g, n.inputs[1], depth + 1);
+    if (!a || !b) return std::nullopt;
+    if (n.kind == "aten::add") return *a + *b;
+    if (n.kind == "aten::sub") return *a - *b;
+    if (n.kind == "aten::mul") return *a * *b;
+    if (*b == 0) return std::nullopt;
+    auto q = *a / *b;  // Python's floor division
+    return (*a % *b != 0 && ((*a < 0) != (*b < 0))) ? q - 1 : q;
+  }
+  if (n.kind == "aten::dim" && n.inputs.size() == 1 && g.value(n.inputs[0]).tensor)
+    return int64_t(g.value(n.inputs[0]).tensor->shape.size());
+  if ((n.kind != "aten::size" && n.kind != "aten::sym_size") || n.inputs.size() != 2) return std::nullopt;
+  const auto& t = g.value(n.inputs[0]).tensor;
+  auto dim = g.constantInt(n.inputs[1]);
+  if (!t || !dim) return std::nullopt;
+  auto rank = int64_t(t->shape.size());
+  auto d = *dim < 0 ? *dim + rank : *dim;
+  if (d < 0 || d >= rank) return std::nullopt;
+  return t->shape[std::size_t(d)];
+}
+
+}  // namespace
+
 std::optional<std::vector<int64_t>> Graph::constantIntList(ValueId v) const {
   const auto& c = values_.at(v).constant;
-  if (!c) return std::nullopt;
-  if (auto* l = std::get_if<std::vector<int64_t>>(&*c)) return *l;
-  if (auto* i = std::get_if<int64_t>(&*c)) return std::vector<int64_t>{*i};
-  return std::nullopt;
+  if (c) {
+    if (auto* l = std::get_if<std::vector<int64_t>>(&*c)) return *l;
+    if (auto* i = std::get_if<int64_t>(&*c)) return std::vector<int64_t>{*i};
+    return std::nullopt;
+  }
+  // A list built in the graph from sizes (F.layer_norm(h, (h.shape[-1],)), x.mean(dims) with
+  // dims from x.dim()): its ints at the recorded shapes. Every shape-dependent decision of the
+  // analysis reads the recording run's shapes, and these lists are no different.
+  const auto& val = values_.at(v);
+  if (val.producer == kNone) return std::nullopt;
+  const auto& n = nodes_.at(val.producer);
+  if (n.kind == "aten::size" && n.inputs.size() == 1 && values_.at(n.inputs[0]).tensor)
+    return values_.at(n.inputs[0]).tensor->shape;
+  if (n.kind != "prim::ListConstruct" || val.kind != ValueKind::IntList) return std::nullopt;
+  std::vector<int64_t> out;
+  for (auto in : n.inputs) {
+    auto i = sizeInt(*this, in);
+    if (!i) return std::nullopt;
+    out.push_back(*i);
+  }
+  return out;
 }
 
 bool Graph::isNoneValue(ValueId v) const { return values_.at(v).kind == ValueKind::None; }

@@ -49,22 +49,29 @@ std::map<std::size_t, std::string> callPaths(const Graph& g, const ModuleEvidenc
   std::map<std::size_t, std::string> names;  // call-stack names per call site
   for (const auto& n : g.nodes())
     if (ev.callSite[n.id] != kNone) names.emplace(ev.callSite[n.id], ev.callStackPath[n.id]);
-  for (const auto& n : g.nodes()) {
-    const auto site = ev.callSite[n.id];
-    if (site == kNone || paths.count(site)) continue;
-    const auto& own = names[site];
-    std::string path = own;  // no learned parent: the call-stack names as they are
-    for (NodeId back = n.id; !own.empty() && back-- > 0;) {
-      const auto other = ev.callSite[back];
-      if (other == kNone || other == site || !paths.count(other)) continue;
-      const auto& parent = names[other];
-      if (!isModulePrefix(parent, own)) continue;  // equal names too: a function inlined into a call
-      path = paths[other];
-      const auto rest = own.size() == parent.size() ? std::string() : own.substr(parent.empty() ? 0 : parent.size() + 1);
-      path = path.empty() ? rest : rest.empty() ? path : path + "." + rest;
-      break;
+  // The scan for a call's parent starts at the call's first node that is not a constant: the
+  // tracer's constant pooling hoists constants to the top of the graph, before every module's
+  // GetAttr nodes (BERT's attention.output.dropout would find no parent there and keep the
+  // call-stack names, which skip ModuleLists: "encoder.0..." for "encoder.layer.0..."). A call
+  // made of constants only starts at its first constant (second pass).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& n : g.nodes()) {
+      const auto site = ev.callSite[n.id];
+      if (site == kNone || paths.count(site) || (pass == 0 && n.kind == "prim::Constant")) continue;
+      const auto& own = names[site];
+      std::string path = own;  // no learned parent: the call-stack names as they are
+      for (NodeId back = n.id; !own.empty() && back-- > 0;) {
+        const auto other = ev.callSite[back];
+        if (other == kNone || other == site || !paths.count(other)) continue;
+        const auto& parent = names[other];
+        if (!isModulePrefix(parent, own)) continue;  // equal names too: a function inlined into a call
+        path = paths[other];
+        const auto rest = own.size() == parent.size() ? std::string() : own.substr(parent.empty() ? 0 : parent.size() + 1);
+        path = path.empty() ? rest : rest.empty() ? path : path + "." + rest;
+        break;
+      }
+      paths[site] = path;
     }
-    paths[site] = path;
   }
   return paths;
 }

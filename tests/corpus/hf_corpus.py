@@ -375,3 +375,91 @@ def _mobilevit():
 def _clip_vision():
     """CLIPVisionModel: pre_layrnorm on the embeddings before the stack (the stream starts at an LN)."""
     return _vision("CLIPVisionModel", "CLIPVisionConfig", VIT, outputs=("last_hidden_state", "pooler_output"))
+
+
+# ---------------------------------------------------------------- held-out sweep (docs/held-out.md)
+# Architectures the sweep of 2026-12-01 traced from outside the corpus whose traces use ops that
+# had no rule then (comparisons building masks, cumsum positions, floor_divide/ceil buckets,
+# weight norm): kept so CI runs the rules those ops got.
+
+
+@architecture("hf-roberta_prelayernorm", library="transformers", family="encoder pre-LN", old=True)
+def _roberta_prelayernorm():
+    """RobertaPreLayerNormModel: pre-LN RoBERTa, positions from cumsum(input_ids != pad), a final
+    LN; the mask from ge/__and__."""
+    return _text("RobertaPreLayerNormModel", "RobertaPreLayerNormConfig",
+                 dict(ENCODER, max_position_embeddings=80, pad_token_id=1), use_cache=False)
+
+
+@architecture("hf-deberta_v2", library="transformers", family="encoder post-LN")
+def _deberta_v2():
+    """DebertaV2Model: disentangled attention with log-bucketed relative positions (floor_divide,
+    ceil, sign, comparisons), post-LN. Not in "old": transformers 4.41's XSoftmax is an
+    autograd.Function, which a trace cannot save."""
+    return _text("DebertaV2Model", "DebertaV2Config",
+                 dict(ENCODER, relative_attention=True, position_buckets=8, max_relative_positions=16,
+                      pos_att_type=["p2c", "c2p"]), use_cache=False)
+
+
+@architecture("hf-funnel", library="transformers", family="encoder post-LN", old=True)
+def _funnel():
+    """FunnelBaseModel: pooling between blocks, token-type masks built with eq/__or__, post-LN."""
+    return _text("FunnelBaseModel", "FunnelConfig",
+                 dict(block_sizes=[1, 1], d_model=32, n_head=2, d_head=16, d_inner=64), use_cache=False)
+
+
+@architecture("hf-persimmon", library="transformers", family="decoder pre-LN", old=True)
+def _persimmon():
+    """PersimmonModel: fused qkv with q/k LayerNorms per head, partial rotary (floor_divide)."""
+    return _text("PersimmonModel", "PersimmonConfig", dict(DECODER, **WIDTH, max_position_embeddings=64,
+                                                           qk_layernorm=True))
+
+
+@architecture("hf-m2m100", library="transformers", family="encoder-decoder pre-LN", old=True)
+def _m2m100():
+    """M2M100Model: pre-LN, sinusoidal positions indexed by cumsum(input_ids != pad)."""
+    return _seq2seq("M2M100Model", "M2M100Config", BART_LIKE)
+
+
+
+@architecture("hf-opt_postln", library="transformers", family="decoder post-LN")
+def _opt_postln():
+    """OPTModel (350m layout): post-LN, project_in/project_out around a 16-wide embedding,
+    positions from cumsum(attention_mask)."""
+    return _text("OPTModel", "OPTConfig",
+                 dict(DECODER, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=2,
+                      max_position_embeddings=64, word_embed_proj_dim=16, do_layer_norm_before=False))
+
+
+
+def _speech(class_name, config_name, extra):
+    cls, model = _build(class_name, config_name,
+                        dict(WIDTH, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                             num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2, mask_time_prob=0.0,
+                             **extra))
+    _wrap(model, cls, {}, ["input_values"], ["last_hidden_state"])
+    return Sample(model, (image(1, 400),), ["1x400:float32"], ["input_values"], ["last_hidden_state"])
+
+
+@architecture("hf-hubert_stable", library="transformers", family="speech encoder pre-LN", old=True)
+def _hubert_stable():
+    """HubertModel (large layout): LNs in the conv feature encoder (over channels, transposed),
+    a weight-normed positional conv (_weight_norm), pre-LN transformer."""
+    return _speech("HubertModel", "HubertConfig", dict(feat_extract_norm="layer", do_stable_layer_norm=True))
+
+
+@architecture("hf-data2vec_audio", library="transformers", family="speech encoder", old=True)
+def _data2vec_audio():
+    """Data2VecAudioModel: LNs in the conv feature encoder, a stack of positional conv layers in
+    a ModuleList (pos_conv_embed.layers.i), each with an LN without affine parameters, whose
+    module path comes from the call stack alone (which skips the ModuleList's name)."""
+    return _speech("Data2VecAudioModel", "Data2VecAudioConfig", dict(feat_extract_norm="layer"))
+
+
+@architecture("hf-swinv2", library="transformers", family="hierarchical", old=True)
+def _swinv2():
+    """Swinv2Model: cosine attention (linalg_vector_norm), log-spaced continuous position bias,
+    window masks from remainder/floor_divide/ge, res-post-norm."""
+    return _vision("Swinv2Model", "Swinv2Config",
+                   dict(image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=4,
+                        mlp_ratio=2.0), outputs=("last_hidden_state", "pooler_output"))

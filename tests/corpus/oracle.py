@@ -164,6 +164,7 @@ class InsertedCenterings:
         self.points = [i for i in analysis.get("insertions", []) if i.get("inserted")]
         self._handles = []
         self._wrapped: Dict[str, object] = {}
+        self._active: List[object] = []  # the F.layer_norm each running norm module replaced
 
     _WHOLE_MODULE_OPS = {
         # MLP-Mixer's token-mixing fc2 (its output is mean-zero along tokens; the centering goes
@@ -184,11 +185,34 @@ class InsertedCenterings:
         # A module whose whole forward is that one op, so its output is the value: exact torch.nn
         # classes only (a subclass such as timm's BatchNormAct2d adds ops after it).
         whole = type(module) in self._WHOLE_MODULE_OPS.get(node["op"], ())
-        if not (("Norm" in kind and node["op"] == "aten::layer_norm") or (kind == "GELU" and node["op"] == "aten::gelu")
-                or whole):
+        if "Norm" in kind and node["op"] == "aten::layer_norm":
+            return self._hook_layer_norm_call(module, dims)
+        if not ((kind == "GELU" and node["op"] == "aten::gelu") or whole):
             return False
         self._handles.append(module.register_forward_hook(
             lambda mod, args, out, dims=dims: out - out.mean(dim=dims, keepdim=True)))
+        return True
+
+    def _hook_layer_norm_call(self, module: nn.Module, dims) -> bool:
+        """The value is the F.layer_norm call inside the norm module, not the module's output: a
+        channels-first norm (timm's LayerNorm2d) permutes after it, so centering the module output
+        along the node's axes would center another axis. While that module runs, F.layer_norm is
+        whatever is installed then (NormPatch's RMSNorm for a folded LN) with its result centered."""
+        def enter(mod, args):
+            inner = F.layer_norm
+            self._active.append(inner)
+
+            def centered(*a, **k):
+                out = inner(*a, **k)
+                return out - out.mean(dim=dims, keepdim=True)
+
+            F.layer_norm = centered
+
+        def leave(mod, args, out):
+            F.layer_norm = self._active.pop()
+
+        self._handles.append(module.register_forward_pre_hook(enter))
+        self._handles.append(module.register_forward_hook(leave))
         return True
 
     def _wrap_functional(self, node: dict, dims) -> bool:
@@ -220,6 +244,9 @@ class InsertedCenterings:
     def __exit__(self, *exc):
         for h in self._handles:
             h.remove()
+        if self._active:  # a forward that raised inside a norm module
+            F.layer_norm = self._active[0]
+            self._active.clear()
         for fname, original in self._wrapped.items():
             setattr(F, fname, original)
         return False

@@ -89,6 +89,32 @@ class EmbLN(PreLN):
         return (self.head(self.ln2(x)),)
 
 
+class ChannelsFirstLayerNorm(nn.LayerNorm):
+    """timm's LayerNorm2d in one dimension: [B, C, T] -> permute -> F.layer_norm over C -> permute back."""
+
+    def forward(self, x):
+        x = F.layer_norm(x.permute(0, 2, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 2, 1)
+
+
+class EmbLN2d(EmbLN):
+    """EmbLN with ln0 channels-first: the value after the F.layer_norm call is [B, T, C], the
+    module's output [B, C, T], so an insertion along C must center inside the module."""
+
+    def __init__(self):
+        super().__init__()
+        old = self.ln0
+        self.ln0 = ChannelsFirstLayerNorm(D)
+        with torch.no_grad():
+            self.ln0.weight.copy_(old.weight)
+            self.ln0.bias.copy_(old.bias)
+
+    def forward(self, ids):
+        x = self.ln0(self.emb(ids).transpose(1, 2)).transpose(1, 2)
+        x = x + self.fc(self.ln1(x))
+        return (self.head(self.ln2(x)),)
+
+
 def ln(module, foldable, reason="none", leaves=()):
     return {"module": module, "foldable": foldable, "reason": reason, "explanation": reason,
             "leaves": list(leaves)}
@@ -177,6 +203,9 @@ def main():
     rep = oracle.check(EmbLN(), IDS, dict(inserted, insertions=[]))
     expect(f"the same verdicts without the insertion are caught ({max(rep.fold_rel):.2g})",
            max(rep.fold_rel) > oracle.CHANGED_REL)
+    rep = oracle.check(EmbLN2d(), IDS, inserted)
+    expect(f"an insertion after a channels-first LN centers the F.layer_norm value, not the permuted module "
+           f"output ({max(rep.fold_rel):.2g})", max(rep.fold_rel) <= oracle.EXACT_REL)
     try:
         bad = dict(inserted, insertions=[dict(inserted["insertions"][0], after={"op": "aten::add", "module": ""})])
         oracle.check(EmbLN(), IDS, bad)

@@ -364,3 +364,67 @@ def _edgenext_xx_small() -> Sample:
     blocks, SDTA's depthwise split convs)."""
     return _sample(_create("edgenext_xx_small", dims=(24, 32, 48, 64), depths=(1, 1, 1, 1),
                            ls_init_value=LAYER_SCALE), 1, 3, 64, 64)
+
+
+# ------------------------------------------------------------------------ held-out sweep (docs/held-out.md)
+# Architectures the sweep of 2026-12-01 traced from outside the corpus whose traces use ops that
+# had no rule then (addcmul, linalg_vector_norm, lstm, copy_, remainder/floor_divide) or whose
+# insertion after a channels-first LayerNorm2d the oracle could not place.
+
+@architecture("timm-convnextv2_atto", library="timm", family="LayerScale", old=True)
+def _convnextv2_atto() -> Sample:
+    """convnextv2_atto: ConvNeXt blocks with global response norm (x.norm over H, W ->
+    linalg_vector_norm; addcmul(bias, weight, x * n)) instead of LayerScale. Predict 1 of 9: the
+    stem LN reads the stem conv; GRN scales each channel by a different factor, which breaks the
+    stream's zero mean."""
+    return _sample(_create("convnextv2_atto", depths=(1, 1, 1, 1), dims=(8, 16, 24, 32)), 1, 3, 32, 32)
+
+
+@architecture("timm-sequencer2d_s", library="timm", family="LSTM mixer", old=True)
+def _sequencer2d_s() -> Sample:
+    """sequencer2d_s: bidirectional LSTMs along H and W (aten::lstm) mix tokens, fc after; pre-LN
+    blocks. The LSTMs are nonlinear: LNs whose stream passes through them are kept."""
+    return _sample(_create("sequencer2d_s", layers=(1, 1), patch_sizes=(4, 2), embed_dims=(16, 32),
+                           hidden_sizes=(8, 16), mlp_ratios=(2.0, 2.0)), 1, 3, 32, 32)
+
+
+@architecture("timm-focalnet_tiny_srf", library="timm", family="hierarchical", old=True)
+def _focalnet_tiny_srf() -> Sample:
+    """focalnet_tiny_srf: focal modulation (depthwise convs, gates) with channels-first LayerNorm2d
+    norms (permute, F.layer_norm, permute back), LayerScale. An inserted centering after the
+    downsample's LN frees stage 1, which the oracle confirms by centering the F.layer_norm value
+    inside the norm module (not its permuted output)."""
+    from timm.models.focalnet import FocalNet
+    torch.manual_seed(0)
+    return _sample(FocalNet(embed_dim=16, depths=(1, 1), focal_levels=(2, 2), focal_windows=(3, 3),
+                            layerscale_value=LAYER_SCALE, num_classes=NUM_CLASSES), 1, 3, 32, 32)
+
+
+@architecture("timm-convformer_s18", library="timm", family="MetaFormer")
+def _convformer_s18() -> Sample:
+    """convformer_s18 layout (MetaFormer with separable-conv token mixers, LayerNorm2d without
+    bias, an MLP head with StarReLU and an LN). An insertion after the stem's LayerNorm2d (a
+    permute, F.layer_norm, a permute back) frees stage 0."""
+    from timm.models.metaformer import MetaFormer, SepConv
+    torch.manual_seed(0)
+    return _sample(MetaFormer(depths=(1, 1), dims=(16, 32), token_mixers=SepConv, num_classes=NUM_CLASSES),
+                   1, 3, 32, 32)
+
+
+@architecture("timm-mvitv2_tiny", library="timm", family="hierarchical", old=True)
+def _mvitv2_tiny() -> Sample:
+    """mvitv2_tiny layout: pooling attention (strided depthwise convs on q, k, v, each with an LN),
+    decomposed relative positions, residual pooling; its trace writes into a tensor with copy_ (an
+    in-place write, which the analysis does not follow)."""
+    from timm.models.mvitv2 import MultiScaleVit, MultiScaleVitCfg
+    torch.manual_seed(0)
+    cfg = MultiScaleVitCfg(depths=(1, 1), embed_dim=(16, 32), num_heads=(1, 2))
+    return _sample(MultiScaleVit(cfg, img_size=(64, 64), num_classes=NUM_CLASSES), 1, 3, 64, 64)
+
+
+@architecture("timm-davit_tiny", library="timm", family="hierarchical", old=True)
+def _davit_tiny() -> Sample:
+    """davit_tiny: spatial window attention and channel group attention alternating, conv
+    position encodings (depthwise) read the stream; window padding from remainder/floor_divide."""
+    return _sample(_create("davit_tiny", depths=(1, 1), embed_dims=(16, 32), num_heads=(1, 2), window_size=4),
+                   1, 3, 64, 64)

@@ -1,7 +1,7 @@
 // Axis rules, spatial: average pooling, interpolation and the rearrangements of convolutional
 // models (channel and pixel shuffles, patch extraction and folding). Inputs are
 // [N, C, spatial...] or unbatched [C, spatial...]; the channel axis is the one before the
-// spatial axes.
+// spatial axes. Also repeat_interleave, a rearrangement along one axis.
 #include "rule_helpers.h"
 
 namespace foldnorm::rules {
@@ -231,6 +231,45 @@ ShiftOutcome foldShift(const ShiftInput& in) {
   return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
+/// repeat_interleave(self, repeats, dim, output_size): the repeated axis, or nullopt for the
+/// one-operand form (indices made from a repeats tensor) and for dim None (a flattened result).
+std::optional<int64_t> interleaveDim(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 3 || g.isNoneValue(n.inputs.at(2))) return std::nullopt;
+  auto rank = rankOf(g, n.inputs.at(0));
+  if (rank != rankOf(g, n.outputs.at(0))) return std::nullopt;
+  return dimArg(g, n.inputs.at(2), rank);
+}
+
+void repeatInterleaveMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  if (n.inputs.size() < 3) { ctx.breakHere("makes indices from a repeats tensor"); return; }
+  const auto& f = ctx.inputFact(0);
+  if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
+  auto dim = interleaveDim(g, n);
+  if (!dim) { ctx.breakHere("its dim is None (a flattened result) or not a constant"); return; }
+  // Along dim, each element appears r times: a mean-zero row sums to r * 0, but only when r is
+  // one number; per-element counts weight the elements unevenly.
+  bool uniform = g.constantInt(n.inputs.at(1)).has_value();
+  if (f.axes.contains(*dim) && !uniform) {
+    ctx.breakHere("repeats elements of the mean-zero axis " + std::to_string(*dim) +
+                  " by per-element counts, which weight the row unevenly");
+    return;
+  }
+  // A factor of dim itself (facts.h) does not survive the repetition; the coarse claim does.
+  auto fine = f.factor && f.factor->axis == *dim ? std::nullopt : f.factor;
+  ctx.set(0, MeanZeroFact::meanZero(f.axes, fine, f.leaves, ctx.rule()));
+}
+
+ShiftOutcome repeatInterleaveShift(const ShiftInput& in) {
+  if (in.slot != 0) return ShiftOutcome::ignored();  // repeats and dim only place elements
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  if (!interleaveDim(g, n)) return unsafeSeen(in, "flattens or has a non-constant dim");
+  // Copies of elements: constant along an axis before, constant along it after.
+  return ShiftOutcome::passed({{n.outputs.at(0), in.axes}});
+}
+
 }  // namespace
 
 void addAxisSpatialRules(std::vector<Rule>& rules) {
@@ -289,6 +328,14 @@ void addAxisSpatialRules(std::vector<Rule>& rules) {
         "folding sums the patch entries that land on a pixel, the same entries for every channel: "
         "mean-zero over the channel digit of the patch axis stays mean-zero over the channels",
         foldMz, foldShift);
+  // repeat_interleave(x, repeats, dim) (heads or tokens repeated, upsampling by repetition).
+  //   mean-zero: along axes other than dim, x's fact; along dim too when repeats is one constant
+  //              count; per-element counts, dim None and the indices-only form break.
+  //   shift:     passes unchanged (every output element is a copy of an input element).
+  t.add("repeat-interleave", {"aten::repeat_interleave"},
+        "repeating each element along one axis copies whole rows of the other axes, and along that "
+        "axis a mean-zero row repeated r times sums to zero; a shift is copied with its element",
+        repeatInterleaveMz, repeatInterleaveShift);
 }
 
 }  // namespace foldnorm::rules

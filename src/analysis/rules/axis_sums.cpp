@@ -172,6 +172,42 @@ ShiftOutcome sdpaShift(const ShiftInput& in) {
   return unsafeSeen(in, "uses the changed value as query, key or mask");
 }
 
+/// cumsum(x, dim, dtype) / diff(x, n, dim, prepend, append): the scan axis, or nullopt (a dim
+/// that is not a constant, diff with prepend/append, whose extra parts would need facts too).
+std::optional<int64_t> scanDim(const Graph& g, const Node& n) {
+  bool diff = n.kind == "aten::diff";
+  auto at = diff ? std::size_t(2) : std::size_t(1);
+  if (n.inputs.size() <= at) return std::nullopt;
+  if (diff && ((n.inputs.size() > 3 && !g.isNoneValue(n.inputs.at(3))) ||
+               (n.inputs.size() > 4 && !g.isNoneValue(n.inputs.at(4)))))
+    return std::nullopt;
+  return dimArg(g, n.inputs.at(at), rankOf(g, n.inputs.at(0)));
+}
+
+void scanMz(MeanZeroContext& ctx) {
+  const auto& f = ctx.inputFact(0);
+  if (!f.isMeanZero()) { ctx.propagateBroken(0); return; }
+  auto dim = scanDim(ctx.graph(), ctx.node());
+  if (!dim) { ctx.breakHere("its dim is not a constant (or diff prepends or appends values)"); return; }
+  if (f.axes.contains(*dim)) {
+    ctx.breakHere("scans along the mean-zero axis " + std::to_string(*dim) +
+                  "; partial sums or differences of a mean-zero row are not mean-zero");
+    return;
+  }
+  ctx.set(0, MeanZeroFact::meanZero(f.axes, f.factor, f.leaves, ctx.rule()));
+}
+
+ShiftOutcome scanShift(const ShiftInput& in) {
+  if (in.slot != 0) return ShiftOutcome::ignored();  // dim, n, dtype: no values of the input
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  auto dim = scanDim(g, n);
+  if (!dim) return unsafeSeen(in, "has a non-constant dim or extra parts");
+  auto axes = in.axes;
+  axes.erase(*dim);  // k c along the scan: constant along the other axes only
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
+}
+
 }  // namespace
 
 void addAxisSumRules(std::vector<Rule>& rules) {
@@ -215,6 +251,15 @@ void addAxisSumRules(std::vector<Rule>& rules) {
   t.add("scaled-dot-product-attention", {"aten::scaled_dot_product_attention"},
         "softmax(q k^T) v is a weighted sum of rows of v: mean-zero when v is mean-zero along its "
         "last axis (no attention dropout)", sdpaMz, sdpaShift);
+  // cumsum(x, dim) and diff(x, n, dim) without prepend/append (RoBERTa's and OPT's positions
+  // from cumsum of a mask, Funnel's and DeBERTa's relative positions): the same linear map along
+  // dim at every position of the other axes.
+  //   mean-zero: along axes other than dim, x's fact; a scan along a mean-zero axis breaks.
+  //   shift:     constant along the shift's axes except dim (a constant c sums to k c along it).
+  t.add("scan", {"aten::cumsum", "aten::diff"},
+        "a cumulative sum or a difference along one axis is the same linear map at every position "
+        "of the other axes: their zero mean survives; along the scanned axis it does not",
+        scanMz, scanShift);
 }
 
 }  // namespace foldnorm::rules

@@ -127,6 +127,52 @@ ShiftOutcome scaleShift(const ShiftInput& in) {
   return ShiftOutcome::passed({{n.outputs.at(0), axes}});
 }
 
+/// addcmul(self, t1, t2, value) = self + value * t1 * t2 (timm's Affine, some GRN forms).
+/// The fact of value * t1 * t2: one factor mean-zero along B and the other constant along B.
+std::optional<MeanZeroFact> addcmulProduct(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  auto out = rankOf(g, n.outputs.at(0));
+  for (std::size_t slot : {std::size_t(1), std::size_t(2)}) {
+    auto x = n.inputs.at(slot), other = n.inputs.at(slot == 1 ? 2 : 1);
+    const auto& f = ctx.fact(x);
+    if (!f.isMeanZero()) continue;
+    auto axes = alignAxes(f.axes, rankOf(g, x), out);
+    if (constantAlong(g, other, axes, out)) return MeanZeroFact::meanZero(axes, f.leaves, ctx.rule());
+  }
+  return std::nullopt;
+}
+
+void addcmulMz(MeanZeroContext& ctx) {
+  const auto& g = ctx.graph();
+  const auto& n = ctx.node();
+  if (n.inputs.size() < 3) { ctx.breakHere("has fewer than three tensor operands"); return; }
+  auto value = n.inputs.size() > 3 ? g.constantDouble(n.inputs.at(3)) : std::optional<double>(1.0);
+  if (!value) { ctx.breakHere("its value is not a constant"); return; }
+  const auto& fs = ctx.inputFact(0);
+  if (!fs.isMeanZero()) { ctx.propagateBroken(0); return; }
+  auto self = MeanZeroFact::meanZero(alignAxes(fs.axes, rankOf(g, n.inputs.at(0)), rankOf(g, n.outputs.at(0))),
+                                     fs.leaves, ctx.rule());
+  if (*value == 0.0) { ctx.set(0, self); return; }
+  auto product = addcmulProduct(ctx);
+  if (!product) {
+    ctx.breakHere("t1 * t2 is not a mean-zero tensor times a factor constant along its mean-zero axes");
+    return;
+  }
+  ctx.set(0, MeanZeroFact::join(self, *product));
+}
+
+ShiftOutcome addcmulShift(const ShiftInput& in) {
+  const auto& g = in.graph;
+  const auto& n = g.node(in.node);
+  if (in.slot == 0) return addSubShift(in);
+  if (in.slot > 2) return unsafeSeen(in, "uses the changed value as its value factor");
+  auto out = rankOf(g, n.outputs.at(0));
+  auto axes = alignAxes(in.axes, rankOf(g, n.inputs.at(in.slot)), out);
+  if (!constantAlong(g, n.inputs.at(in.slot == 1 ? 2 : 1), axes, out))
+    return unsafeSeen(in, "multiplies the change by a tensor that varies along its axes");
+  return ShiftOutcome::passed({{n.outputs.at(0), axes}});
+}
 
 void identityMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
@@ -241,6 +287,16 @@ void addPreservingRules(std::vector<Rule>& rules) {
         "multiplying or dividing a mean-zero tensor by a scalar, or by a tensor constant along the "
         "mean-zero axes (per-row scale), keeps the zero mean; a per-feature factor breaks it",
         scaleMz, scaleShift);
+  // addcmul(self, t1, t2, value) = self + value * t1 * t2.
+  //   mean-zero: self mean-zero and t1 * t2 mean-zero (one factor mean-zero along B, the other
+  //              constant along B) -> the join, as add of the two; value 0 -> self's fact; a
+  //              per-feature factor times a mean-zero tensor breaks, as in scale.
+  //   shift:     self's shift passes as in add; a factor's shift passes when the other factor is
+  //              constant along its axes; a changed value is seen.
+  t.add("addcmul", {"aten::addcmul"},
+        "self + value * t1 * t2 is a sum of self and a scaled product: mean-zero when self is and "
+        "one factor is mean-zero along axes the other factor is constant along",
+        addcmulMz, addcmulShift);
   // Copies, casts to float types, negation.
   //   mean-zero: input 0's fact; casts to non-float types break.
   //   shift:     input 0's shift passes unchanged.
