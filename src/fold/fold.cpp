@@ -64,7 +64,7 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
     for (const auto* shared : tensorStorages(model.torch->module)) own.storages.erase(shared);
     result.report.verification = fold_detail::verify(model, analysis, m, graph, options, &own);
     progress(strf("rounding the fold's %zu own tensor(s) to %s", own.storages.size(), dtypeName(*dtype).c_str()));
-    retargetStorages(m, own.storages, {*dtype, c10::kCPU});
+    if (*dtype != at::kDouble) retargetStorages(m, own.storages, {*dtype, c10::kCPU});
   }
   auto tm = std::make_shared<TorchModel>();
   tm->module = m;
