@@ -2,8 +2,15 @@
 // from the same measurement as docs/performance.md's table (analyses/fold_memory.cpp).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold_memory.h"
+#include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
+#include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
 
 using namespace foldnorm;
@@ -44,7 +51,110 @@ IrModel mlpStack(int blocks, int d) {
   return {ir, {parseInputSpec("8x64")}, params};
 }
 
+/// Every tensor attribute of `m` by dotted name.
+std::map<std::string, at::Tensor> namedTensors(const torch::jit::Module& m) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& a : m.named_attributes(/*recurse=*/true))
+    if (a.value.isTensor()) out[a.name] = a.value.toTensor();
+  return out;
+}
+
+/// Bytes of the storages of `m` that `original` does not hold.
+int64_t ownBytes(const torch::jit::Module& m, const torch::jit::Module& original) {
+  const auto shared = tensorStorages(original);
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& [name, t] : namedTensors(m)) {
+    const void* s = t.storage().unsafeGetStorageImpl();
+    if (!shared.count(s) && seen.insert(s).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
 }  // namespace
+
+TEST_CASE("a fold made in float64 for its check saves the bits a float32 fold writes, sharing the rest",
+          "[fold][memory]") {
+  // The verified fold is centred in float64 (it is the float64 plan the check runs) and rounded
+  // after the check; an unverified fold is centred and rounded at once. Both must be one fold.
+  test::ScratchDir dir("foldnorm-memory");
+  auto path = (dir.path / "gpt2.pt").string();
+  ZooBuildOptions zo;
+  zo.preset = "tiny";  // tied embedding and head: the plan unties; residual adds: fused
+  buildZooModel("gpt2", path, zo);
+  auto model = importTorchScript(path);
+  auto analysis = analyzeFoldability(model.graph);
+  REQUIRE(analysis.foldableCount() > 0);
+  FoldOptions verified, unverified;
+  unverified.verify = false;
+  std::vector<std::string> steps;
+  verified.progress = [&](const std::string& line) { steps.push_back(line); };
+  auto a = foldModel(model, analysis, verified), b = foldModel(model, analysis, unverified);
+  const auto& v = a.report.verification;
+  CHECK(v.float64Equivalent);
+  CHECK(v.worstRelative64 < 1e-12);
+  CHECK(std::any_of(steps.begin(), steps.end(), [](const auto& l) { return l.rfind("rounding the fold's", 0) == 0; }));
+  auto kinds = [](const std::shared_ptr<torch::jit::Graph>& g) {
+    std::vector<std::string> out;  // the node kinds in order (the types' mangled names differ per clone)
+    for (auto* n : g->nodes()) out.push_back(n->kind().toQualString());
+    return out;
+  };
+  CHECK(kinds(a.torch->graph) == kinds(b.torch->graph));
+  auto ta = namedTensors(a.torch->module), tb = namedTensors(b.torch->module);
+  REQUIRE(ta.size() == tb.size());
+  for (const auto& [name, t] : ta) {
+    INFO(name);
+    REQUIRE(tb.count(name));
+    CHECK(t.scalar_type() == tb.at(name).scalar_type());
+    CHECK(t.equal(tb.at(name)));  // bit for bit (no NaN in a zoo model)
+  }
+  // What the fold owns is the planned tensors in the model's dtype, no more: everything else is
+  // the original's (a second copy of the model, or a float64 one left behind, fails here).
+  const auto& original = model.torch->module;
+  CHECK(ownBytes(a.torch->module, original) == ownBytes(b.torch->module, original));
+  CHECK(ownBytes(a.torch->module, original) > 0);
+  int64_t modelBytes = 0;
+  for (const auto& [name, t] : namedTensors(original)) modelBytes += static_cast<int64_t>(t.nbytes());
+  CHECK(ownBytes(a.torch->module, original) < modelBytes);
+  // The saved fold in float64 sees what the check saw (the saved-file figure is its own).
+  auto c = verifyFold(model, analysis, b, verified);
+  CHECK(c.worstRelativeSaved64 == v.worstRelativeSaved64);
+  CHECK(c.worstRelative32 == v.worstRelative32);
+  CHECK(c.worstRelative64 == v.worstRelative64);
+}
+
+TEST_CASE("runs keep no autograd history: outputs hold no forward alive", "[fold][memory]") {
+  auto ir = importIrModel(mlpStack(1, 16));
+  const auto& tm = *ir.torch;
+  for (auto t : tm.parameterTensors)
+    if (t.is_floating_point()) t.requires_grad_(true);  // as a traced module's parameters do
+  auto out = runGraph(tm.module, tm.graph, tm.exampleInputs);
+  REQUIRE_FALSE(out.empty());
+  for (const auto& t : out) {
+    CHECK_FALSE(t.requires_grad());
+    CHECK(t.grad_fn() == nullptr);
+  }
+}
+
+TEST_CASE("the import keeps no copy of the file's bytes, and fresh copies load the file, refused once it changed",
+          "[fold][memory]") {
+  test::ScratchDir dir("foldnorm-memory");
+  auto path = (dir.path / "stack.pt").string();
+  {
+    auto ir = importIrModel(mlpStack(1, 16));
+    torch::jit::ExtraFilesMap extra{{kInputSpecExtraFile, inputSpecsToJson(ir.inputSpecs)}};
+    ir.torch->module.save(path, extra);
+  }
+  auto model = importTorchScript(path);
+  CHECK_FALSE(model.torch->archive);
+  auto copy = freshCopy(*model.torch);
+  auto same = runGraph(copy, inlinedForward(copy), model.torch->exampleInputs);
+  REQUIRE(same.size() == model.torch->exampleOutputs.size());
+  CHECK(same.at(0).equal(model.torch->exampleOutputs.at(0)));
+  CHECK(copy._ivalue() != model.torch->module._ivalue());
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
+  CHECK_THROWS_WITH(freshCopy(*model.torch), Catch::Contains("changed (or went away) since it was imported"));
+}
 
 TEST_CASE("a fold's peak resident memory stays within a small multiple of the model's bytes",
           "[fold][memory][bench]") {
@@ -67,10 +177,12 @@ TEST_CASE("a fold's peak resident memory stays within a small multiple of the mo
   for (const char* step : {"import: read and load the file", "import: load, inline, mirror", "import: shape recording run",
                            "analysis", "fold: copy of the model", "fold: apply the plan",
                            "verify: prepare the float64 runs", "verify: runs (float32, float64, saved file in float64)",
-                           "save"})
+                           "fold: round the float64 fold to the model's dtype", "save"})
     CHECK(std::find(names.begin(), names.end(), step) != names.end());
   for (const auto& s : r.steps) CHECK(s.peak >= s.after - 64 * 1024 * 1024);
-  // With an upcast after each read (not before each use) this model measured 5.0x; now 3.6-4.1x
-  // (goal 2.5x: docs/performance.md says what is left).
-  CHECK(r.peakRatio() < 4.5);
+  // The goal (issue 16) is the whole fold within 2.5x the model's bytes: GPT-2 XL measured 2.11x,
+  // GPT-2 medium 2.64x. This small model measured 2.57x at "fold: apply the plan" (2.40x in the
+  // runs; 3.6-4.1x before the fold was made in float64 and runs kept no autograd history): the
+  // centering's float64 temporaries of one 4 MiB weight weigh much more against 50 MiB.
+  CHECK(r.peakRatio() <= 2.6);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::fold_detail {
@@ -52,7 +53,11 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
                const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report);
 
 /// Runs original and folded (float32 on the options' device, and float64 copies) and compares.
+/// `held64`: the fold was made in float64 (its own tensors, named there, are float64 and are
+/// stored rounded to its dtype after the verification): `folded` is then the float64 plan too,
+/// and its float32 and saved-file runs round those tensors at each read (CPU only).
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis, const jit::Module& folded,
-                    const std::shared_ptr<jit::Graph>& foldedGraph, const FoldOptions& options);
+                    const std::shared_ptr<jit::Graph>& foldedGraph, const FoldOptions& options,
+                    const ReadRounding* held64 = nullptr);
 
 }  // namespace foldnorm::fold_detail

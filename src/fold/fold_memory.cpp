@@ -25,6 +25,7 @@ std::string stepOf(const std::string& line) {
       {"centering ", "fold: apply the plan"},
       {"preparing the float64 runs", "verify: prepare the float64 runs"},
       {"verifying on input set", "verify: runs (float32, float64, saved file in float64)"},
+      {"rounding the fold's", "fold: round the float64 fold to the model's dtype"},
   };
   for (const auto& [prefix, step] : kSteps)
     if (line.rfind(prefix, 0) == 0) return step;

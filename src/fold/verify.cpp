@@ -67,7 +67,7 @@ void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vect
 
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
-                    const FoldOptions& options) {
+                    const FoldOptions& options, const ReadRounding* held64) {
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
   auto setup = startVerification(model, &tm.exampleInputs, options);
@@ -75,6 +75,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   const auto device = setup.device;
   const auto& inputSets = setup.inputSets;
 
+  if (held64 && device.is_cuda()) throw std::logic_error("verify: a fold held in float64 is checked on the CPU");
   // float32 (the model's own dtype): original vs folded.
   jit::Module original32 = tm.module;
   jit::Module folded32 = folded;
@@ -84,22 +85,29 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     folded32 = loadModule(serializeModule(folded));
     folded32.to(device);
   }
-  auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
+  auto folded32Graph = device.is_cuda() ? inlinedForward(folded32)
+                       : held64           ? convertedReads(folded, foldedGraph, {std::nullopt, device}, held64)
+                                          : foldedGraph;
 
   // float64. The original and the saved file run on their own float32 weights, upcast at each
-  // read (exact, and no copy of the weights). The plan needs its centering unrounded: it is
-  // applied to a clone of the original that shares every tensor but the planned ones, which get
-  // float64 copies of their own (centering writes into them).
+  // read (exact, and no copy of the weights). The plan needs its centering unrounded: a fold
+  // held in float64 is that plan; otherwise the plan is applied to a clone of the original that
+  // shares every tensor but the planned ones, which get float64 copies of their own (centering
+  // writes into them).
   progress("preparing the float64 runs");
   const RetargetOptions float64{at::kDouble, device};
   auto original64Graph = convertedReads(tm.module, tm.graph, float64);
-  auto saved64Graph = convertedReads(folded, foldedGraph, float64);
-  std::vector<at::Tensor> planned;
-  for (const auto& plan : analysis.plan) planned.push_back(tm.parameterTensors.at(plan.param));
-  auto plan64 = cloneSharing(tm.module, planned, {at::kDouble, c10::kCPU});
-  auto planGraph = inlineForwardInPlace(plan64);
-  // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
-  applyPlan(plan64, planGraph, model, analysis, options, nullptr);
+  auto saved64Graph = convertedReads(folded, foldedGraph, float64, held64);
+  jit::Module plan64 = folded;
+  auto planGraph = foldedGraph;
+  if (!held64) {
+    std::vector<at::Tensor> planned;
+    for (const auto& plan : analysis.plan) planned.push_back(tm.parameterTensors.at(plan.param));
+    plan64 = cloneSharing(tm.module, planned, {at::kDouble, c10::kCPU});
+    planGraph = inlineForwardInPlace(plan64);
+    // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
+    applyPlan(plan64, planGraph, model, analysis, options, nullptr);
+  }
   auto plan64Graph = convertedReads(plan64, planGraph, float64);
 
   for (std::size_t r = 0; r < inputSets.size(); ++r) {

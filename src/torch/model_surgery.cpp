@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <cstring>
+#include <functional>
 
 #include <map>
 #include <set>
@@ -148,9 +149,58 @@ int retargetGraph(const std::shared_ptr<jit::Graph>& graph, const RetargetOption
   return rewritten;
 }
 
+std::set<const void*> tensorStorages(const jit::Module& module) {
+  std::set<const void*> out;
+  std::function<void(const jit::Module&)> walk = [&](const jit::Module& m) {
+    auto object = m._ivalue();
+    for (std::size_t i = 0; i < object->slots().size(); ++i) {
+      const auto value = object->getSlot(i);
+      if (value.isTensor() && value.toTensor().defined() && storageOf(value.toTensor()))
+        out.insert(storageOf(value.toTensor()));
+      else if (value.isObject() && value.toObject()->type()->is_module())
+        walk(jit::Module(value.toObject()));
+    }
+  };
+  walk(module);
+  return out;
+}
+
+int shareUnchanged(const jit::Module& clone, const jit::Module& original) {
+  at::NoGradGuard noGrad;
+  int shared = 0;
+  auto mine = clone._ivalue(), theirs = original._ivalue();
+  const auto n = std::min(mine->slots().size(), theirs->slots().size());  // added slots come last
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto value = mine->getSlot(i), before = theirs->getSlot(i);
+    if (value.isObject() && before.isObject() && value.toObject()->type()->is_module()) {
+      shared += shareUnchanged(jit::Module(value.toObject()), jit::Module(before.toObject()));
+      continue;
+    }
+    if (!value.isTensor() || !before.isTensor()) continue;
+    const auto t = value.toTensor(), t0 = before.toTensor();
+    if (!t.defined() || !t0.defined() || storageOf(t) == storageOf(t0) || t.sizes() != t0.sizes() ||
+        t.strides() != t0.strides() || t.device() != t0.device() || !t.is_floating_point() ||
+        !t0.is_floating_point() || c10::promoteTypes(t.scalar_type(), t0.scalar_type()) != t.scalar_type())
+      continue;
+    // Equal once the original is converted to the clone's dtype (exact: it is no narrower).
+    if (!t.equal(t0.to(t.scalar_type()))) continue;
+    mine->setSlot(i, before);
+    ++shared;
+  }
+  return shared;
+}
+
+void retargetStorages(const jit::Module& module, const std::set<const void*>& storages, const RetargetOptions& to) {
+  if (storages.empty()) return;
+  std::map<ViewKey, at::Tensor> memo;
+  retargetSlots(module, to, memo, storages);
+}
+
 std::shared_ptr<jit::Graph> convertedReads(const jit::Module& module, const std::shared_ptr<jit::Graph>& graph,
-                                           const RetargetOptions& to) {
+                                           const RetargetOptions& to, const ReadRounding* rounding) {
   auto copy = graph->copy();
+  // First: it rewrites dtype codes passed as dtype arguments, and a rounding's code is one.
+  retargetGraph(copy, to);
   // What each value of the copy holds when it is an attribute read from `self` (after inlining
   // every read is a prim::GetAttr chain from the first input).
   std::unordered_map<const jit::Value*, c10::IValue> held{{copy->inputs().at(0), c10::IValue(module._ivalue())}};
@@ -164,17 +214,23 @@ std::shared_ptr<jit::Graph> convertedReads(const jit::Module& module, const std:
     else if (value.isTensor() && value.toTensor().defined()) tensorReads.emplace_back(n->output(), value.toTensor());
   }
   for (auto& [read, tensor] : tensorReads) {
-    const auto type = targetType(tensor, to);
-    if (type == tensor.scalar_type() && tensor.device() == to.device) continue;
+    const bool round = rounding && tensor.is_floating_point() && tensor.scalar_type() != rounding->dtype &&
+                       rounding->storages.count(storageOf(tensor));
+    // A rounded tensor reads as if stored in the rounding's dtype: that is what `to` converts.
+    const auto type = round && !to.dtype ? rounding->dtype : targetType(tensor, to);
+    if (!round && type == tensor.scalar_type() && tensor.device() == to.device) continue;
     // One conversion right before each use, not one after the read: a traced graph may read
     // every attribute up front, and converted there all would live at once (a full copy).
     const std::vector<jit::Use> uses = read->uses();  // a copy: replaceInput edits the live list
     for (const auto& use : uses) {
       jit::WithInsertPoint guard(use.user);
-      use.user->replaceInput(use.offset, copy->insert(c10::aten::to, {read, c10::IValue(to.device), c10::IValue(type)}));
+      jit::Value* value = read;
+      if (round) value = copy->insert(c10::aten::to, {value, c10::IValue(rounding->dtype)});
+      if (!round || type != rounding->dtype || tensor.device() != to.device)
+        value = copy->insert(c10::aten::to, {value, c10::IValue(to.device), c10::IValue(type)});
+      use.user->replaceInput(use.offset, value);
     }
   }
-  retargetGraph(copy, to);
   return copy;
 }
 

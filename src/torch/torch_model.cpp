@@ -82,6 +82,10 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs) {
   jit::GraphOptimizerEnabledGuard noOptimize(false);
+  // Parameters loaded from a trace require grad: with autograd on, every output would keep the
+  // whole forward alive through its grad_fn (each op's saved inputs: every upcast weight of a
+  // float64 run, every activation), as much again as the model until the outputs are dropped.
+  at::NoGradGuard noGrad;
   jit::GraphFunction fn("foldnorm_run", graph->copy(), nullptr);
   jit::Stack stack;
   stack.emplace_back(module._ivalue());

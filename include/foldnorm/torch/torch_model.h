@@ -21,13 +21,15 @@ struct TorchModel {
   std::vector<at::Tensor> parameterTensors;   // ParamId -> tensor (constants included)
   std::vector<at::Tensor> exampleInputs;      // what shapes were recorded with
   std::vector<at::Tensor> exampleOutputs;     // the model's outputs on them (flattened)
-  /// The archive `module` was loaded from. Fresh copies are loaded from these bytes: the same
+  /// The archive `module` was loaded from, where it is kept (the TorchScript import keeps none:
+  /// its makeCopy loads the file again). Fresh copies are loaded from these bytes: the same
   /// code compiles to the same graph, node for node, so analysed node ids map onto the copy.
   std::shared_ptr<const std::string> archive;
   /// Whether copies load the archive's debug records (source ranges): false when they are
   /// damaged (LibTorch would crash reading them).
   bool debugRecords = true;
-  /// Models without an archive (built from IR) make their fresh copies with this instead.
+  /// Models without archive bytes (built from IR, or imported from a file) make their fresh
+  /// copies with this instead.
   std::function<torch::jit::Module()> makeCopy;
 };
 
@@ -38,7 +40,8 @@ torch::jit::Module freshCopy(const TorchModel& model);
 std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
 
 /// Runs `graph` (first input `self`) on `module` and `inputs`; returns the graph's outputs
-/// with tuples and lists flattened to tensors. Runs with the graph executor's optimisations off.
+/// with tuples and lists flattened to tensors. Runs with the graph executor's optimisations and
+/// autograd off (outputs keep no forward alive).
 std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "foldnorm/common/error.h"
@@ -58,8 +59,14 @@ using torchscript::firstLine;
   throw Error("cannot load '" + path + "' as TorchScript: " + firstLine(msg));
 }
 
-/// The file's bytes, after the checks a missing or unreadable path fails.
-std::shared_ptr<std::string> readArchive(const std::string& path, const ProgressFn& progress) {
+/// The file's bytes (read only to say why a load failed: a loaded model never needs them).
+std::string readBytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+/// The checks a missing, unreadable or non-zip path fails, before LibTorch reads it.
+void checkArchiveFile(const std::string& path, const ProgressFn& progress) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error("no such file: '" + path + "'");
@@ -67,32 +74,66 @@ std::shared_ptr<std::string> readArchive(const std::string& path, const Progress
   std::ifstream file(path, std::ios::binary);
   if (!file) throw Error("cannot read '" + path + "' (permission?)");
   if (progress) progress("loading " + path);
-  auto archive = std::make_shared<std::string>();
-  archive->assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  const auto size = fs::file_size(path, ec);
+  char magic[4] = {};
+  file.read(magic, sizeof magic);
   // torch.jit.save writes a zip archive: anything else is said plainly, before LibTorch's
   // stream reader reports it as "getting the current position".
-  if (archive->size() < 22 || archive->compare(0, 4, "PK\x03\x04") != 0)
-    throw Error("'" + path + "' is not a TorchScript archive (" + std::to_string(archive->size()) +
+  if (ec || size < 22 || std::string(magic, sizeof magic) != "PK\x03\x04")
+    throw Error("'" + path + "' is not a TorchScript archive (" + std::to_string(ec ? 0 : size) +
                 " bytes, not a zip file; torch.jit.save writes a zip archive)");
-  return archive;
+}
+
+/// Loads the module from the file itself: LibTorch's file reader reads each record into the
+/// tensor that keeps it, so the file's bytes are never held beside the model (a copy of them
+/// would be as much again as the model, at the import's peak).
+jit::Module loadFromFile(const std::string& path, jit::ExtraFilesMap& extra, bool loadDebugFiles) {
+  try {
+    return jit::load(path, c10::Device(c10::kCPU), extra, loadDebugFiles);
+  } catch (const std::exception&) {
+    // A load that fails is said from the bytes, as LibTorch's in-memory reader words it (the
+    // messages below tell truncated from damaged archives by those words).
+    const auto bytes = readBytes(path);
+    try {
+      return loadModule(bytes, extra, loadDebugFiles);
+    } catch (const c10::Error& e) {
+      throwLoadError(path, bytes, e);
+    }
+  }
+}
+
+/// Fresh copies load the file again, refused if it changed since the import (its code would
+/// not be the graph the analysis walked).
+std::function<jit::Module()> reloader(const std::string& path, bool loadDebugFiles) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  const auto written = fs::last_write_time(path, ec);
+  return [path, loadDebugFiles, size, written] {
+    std::error_code e;
+    if (fs::file_size(path, e) != size || fs::last_write_time(path, e) != written || e)
+      throw Error("'" + path + "' changed (or went away) since it was imported: import it again");
+    jit::ExtraFilesMap none;
+    return jit::load(path, c10::Device(c10::kCPU), none, loadDebugFiles);
+  };
 }
 
 }  // namespace
 
 ImportedModel importTorchScript(const std::string& path, const ImportOptions& options) {
-  auto archive = readArchive(path, options.progress);
+  checkArchiveFile(path, options.progress);
   // Source ranges are read from the debug records the first time a node's is looked up, and
   // LibTorch trusts them: damaged ones are left out (the model itself does not need them).
-  const auto damaged = torchscript::damagedDebugRecord(*archive);
+  const auto damaged = torchscript::damagedDebugRecord(path);
   if (!damaged.empty() && options.progress)
     options.progress("the archive's debug records are damaged (" + damaged +
                      "): loading without them, so source locations name the archive's code, not the model's source");
   jit::ExtraFilesMap extra{{kInputSpecExtraFile, ""}};
   jit::Module module;
   try {
-    module = loadModule(*archive, extra, /*loadDebugFiles=*/damaged.empty());  // no copy of the bytes
-  } catch (const c10::Error& e) {
-    throwLoadError(path, *archive, e);
+    module = loadFromFile(path, extra, /*loadDebugFiles=*/damaged.empty());
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {  // the TorchScript parser's ErrorReport: damaged code/
     throw Error("cannot load '" + path + "' as TorchScript: its code does not parse (a damaged archive?): " +
                 torchscript::firstLine(e.what()));
@@ -104,9 +145,9 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
     fromModel = true;
   }
   if (options.progress) options.progress("importing the forward graph");
-  auto result = torchscript::importModule(std::move(module), std::move(archive), path, std::move(specs),
-                                         fromModel, options);
+  auto result = torchscript::importModule(std::move(module), nullptr, path, std::move(specs), fromModel, options);
   result.torch->debugRecords = damaged.empty();
+  result.torch->makeCopy = reloader(path, damaged.empty());
   return result;
 }
 

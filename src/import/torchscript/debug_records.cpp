@@ -64,10 +64,10 @@ void checkRecord(const char* data, std::size_t size) {
 
 }  // namespace
 
-std::string damagedDebugRecord(const std::string& archive) {
+std::string damagedDebugRecord(const std::string& path) {
   try {
-    std::istringstream in(archive);
-    caffe2::serialize::PyTorchStreamReader reader(&in);
+    // Read from the file record by record: the debug records are a small part of a model.
+    caffe2::serialize::PyTorchStreamReader reader(path);
     for (const auto& name : reader.getAllRecords()) {
       if (name.size() < 10 || name.compare(name.size() - 10, 10, ".debug_pkl") != 0) continue;
       try {

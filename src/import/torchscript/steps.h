@@ -61,10 +61,10 @@ void checkInputSpecs(const Graph& graph, const std::vector<InputSpec>& specs);
 /// sets Value::tensor and TorchModel::exampleOutputs.
 void recordShapes(Graph& graph, TorchModel& model, const std::vector<InputSpec>& specs);
 
-/// The first damaged debug record (*.debug_pkl) of `archive` and what is wrong with it, or ""
-/// when all are sound (or the archive is no readable zip: jit::load says so). A damaged record
-/// that LibTorch would read crashes it; the archive is then loaded without its debug records.
-std::string damagedDebugRecord(const std::string& archive);
+/// The first damaged debug record (*.debug_pkl) of the archive at `path` and what is wrong with
+/// it, or "" when all are sound (or the archive is no readable zip: jit::load says so). A damaged
+/// record that LibTorch would read crashes it; the archive is then loaded without its debug records.
+std::string damagedDebugRecord(const std::string& path);
 
 /// "model.py:42" for a node whose trace kept a source range, else "".
 std::string sourceLocation(const torch::jit::Node* node);
