@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,12 +29,18 @@ inline const std::vector<std::string> kExportPrograms{"tied_lm",  "prenorm",    
 inline std::string exportFixtures() {
   static const std::string dir = [] {
     namespace fs = std::filesystem;
-    const std::string target = std::string(FOLDNORM_TEST_MODELS) + "/export-fold";
+    // Keyed by the script's text: a build folder made before the script changed would otherwise
+    // keep serving the old programs (and miss the new ones).
+    const std::string script = std::string(FOLDNORM_SOURCE_DIR) + "/tests/fixtures/export_fold_models.py";
+    std::ifstream scriptFile(script);
+    const std::string scriptText((std::istreambuf_iterator<char>(scriptFile)), std::istreambuf_iterator<char>());
+    std::ostringstream key;
+    key << std::hex << std::hash<std::string>{}(scriptText);
+    const std::string target = std::string(FOLDNORM_TEST_MODELS) + "/export-fold-" + key.str();
     if (fs::exists(target + "/done")) return target;
     fs::create_directories(FOLDNORM_TEST_MODELS);
     const std::string tmp = target + ".tmp-" + std::to_string(::getpid());
-    const std::string command = std::string(FOLDNORM_PYTHON) + " " + FOLDNORM_SOURCE_DIR +
-                                "/tests/fixtures/export_fold_models.py --out " + tmp + " > " + tmp + ".log 2>&1";
+    const std::string command = std::string(FOLDNORM_PYTHON) + " " + script + " --out " + tmp + " > " + tmp + ".log 2>&1";
     if (!fs::exists(FOLDNORM_PYTHON)) return std::string();
     if (std::system(command.c_str()) != 0) {
       std::ifstream log(tmp + ".log");
