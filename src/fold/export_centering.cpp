@@ -84,7 +84,7 @@ void centerParameters(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
         r.state[param.path] = base.as_strided(original.sizes(), original.strides(), original.storage_offset());
         break;
       }
-      case UntieMode::OwnAttribute:  // this FQN has its own placeholder: it alone gets the copy
+      case UntieMode::OwnAttribute:  // this FQN has its own graph input: it alone gets the copy
         r.state[param.path] = value;
         break;
       case UntieMode::RedirectReads: {
@@ -95,16 +95,16 @@ void centerParameters(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
         json& s = spec.begin().value();
         auto fqn = "foldnorm_centered_" + sanitized(param.path);
         while (r.state.count(fqn)) fqn += "_";
-        auto placeholder = r.names.fresh((kind == "parameter" ? "p_" : kind == "buffer" ? "b_" : "c_") + fqn);
-        auto oldPlaceholder = s.at("arg").at("name").get<std::string>();
-        s["arg"]["name"] = placeholder;
+        auto inputName = r.names.fresh((kind == "parameter" ? "p_" : kind == "buffer" ? "b_" : "c_") + fqn);
+        auto oldInputName = s.at("arg").at("name").get<std::string>();
+        s["arg"]["name"] = inputName;
         for (const char* key : {"parameter_name", "buffer_name", "tensor_constant_name"})
           if (s.contains(key)) s[key] = fqn;
         specs.insert(specs.begin() + static_cast<std::ptrdiff_t>(at) + 1, spec);
         auto& inputs = graph.at("inputs");
-        inputs.insert(inputs.begin() + static_cast<std::ptrdiff_t>(at) + 1, tensorArg(placeholder));
-        const auto& old = graph.at("tensor_values").at(oldPlaceholder);
-        graph["tensor_values"][placeholder] = tensorMeta(value, old.value("requires_grad", false), old.at("device"));
+        inputs.insert(inputs.begin() + static_cast<std::ptrdiff_t>(at) + 1, tensorArg(inputName));
+        const auto& old = graph.at("tensor_values").at(oldInputName);
+        graph["tensor_values"][inputName] = tensorMeta(value, old.value("requires_grad", false), old.at("device"));
         r.state[fqn] = value;
         r.added[fqn] = kind == "tensor_constant" || (kind == "buffer" && !s.value("persistent", true)) ? "constant" : kind;
         for (const auto& [read, consumer] : plan.coveredReads) {
@@ -116,7 +116,7 @@ void centerParameters(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
                                           : g.value(read).name;
           if (innerRead.empty())
             throw std::logic_error("fold: '" + param.path + "' does not enter the subgraph that reads it");
-          auto inner = loc.size() > 1 ? threadIntoSubgraph(edit, Location{loc[0]}, placeholder) : placeholder;
+          auto inner = loc.size() > 1 ? threadIntoSubgraph(edit, Location{loc[0]}, inputName) : inputName;
           bool renamed = false;
           for (auto& in : edit.node(loc).at("inputs")) renamed = renameTensor(in.at("arg"), innerRead, inner) || renamed;
           if (!renamed)

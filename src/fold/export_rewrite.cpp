@@ -56,7 +56,7 @@ void insertCenterings(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
     const auto& v = g.value(ic.value);
     const auto where = describeInsertion(g, ic);
     const NodeId producer = v.producer;
-    const bool atFront = !edit.hasLocation(producer);  // a user input or a lifted placeholder
+    const bool atFront = !edit.hasLocation(producer);  // a user input or a lifted parameter input
     Location loc = atFront ? Location{} : edit.location(producer);
     if (!atFront && mutatesArgument(edit.node(loc)))
       throw Error("cannot insert a centering after " + g.describeNode(producer) + ": an in-place op's result");

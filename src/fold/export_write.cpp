@@ -25,9 +25,9 @@ bool writtenByWriter(const std::string& record) {
   return record == ".data/version" || record == "version" || record == "byteorder" || record == ".data/serialization_id";
 }
 
-/// The device the program records for the placeholder of `fqn` (a tensor the fold added: its
-/// placeholder took the device of the one it copies); cpu when there is none.
-json placeholderDevice(const json& program, const std::string& fqn) {
+/// The device the program records for the graph input of `fqn` (a tensor the fold added: its
+/// graph input took the device of the one it copies); cpu when there is none.
+json inputDevice(const json& program, const std::string& fqn) {
   const auto& gm = program.at("graph_module");
   const auto& values = gm.at("graph").at("tensor_values");
   for (const auto& spec : gm.at("signature").at("input_specs")) {
@@ -86,7 +86,7 @@ void saveFoldedExport(const FoldedExport& folded, const ImportedModel& model, co
     // The device the original recorded (a model exported on a GPU loads there), not ours.
     const json device = entry.contains("tensor_meta") && entry.at("tensor_meta").contains("device")
                             ? entry.at("tensor_meta").at("device")
-                            : placeholderDevice(folded.program, name);
+                            : inputDevice(folded.program, name);
     entry["tensor_meta"] = tensorMeta(t, requiresGrad, device);
     config[name] = entry;
   }

@@ -10,7 +10,7 @@
 // Centering is done in float64 and cast back (ParameterPlan's actions, in order; a scaled one
 // reads its scale by FQN from the archive). Ties, as the plan says: in place (every name of the
 // storage is centered), own name (this FQN gets its own storage), or redirected reads (a new
-// parameter `foldnorm_centered_<fqn>` with its own placeholder and signature entry; the covered
+// parameter `foldnorm_centered_<fqn>` with its own graph input and signature entry; the covered
 // reads use it, one inside a wrap_with_set_grad_enabled subgraph through a new operand and
 // subgraph input). Each inserted centering (AnalysisResult::insertions) is aten.mean.dim(x,
 // axes, True) + aten.sub.Tensor after x's producer, every later reader of x reading the result.
