@@ -3,23 +3,15 @@
 #pragma once
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "foldnorm/common/error.h"
+#include "foldnorm/common/write_file.h"
 
 namespace foldnorm::analyses {
 
 inline void writeAtomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  if (auto dir = fs::path(path).parent_path(); !dir.empty()) fs::create_directories(dir);
-  auto tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f) throw Error("cannot write " + tmp);
-  }
-  fs::rename(tmp, path);
+  if (auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+  writeFileAtomically(path, text);
 }
 
 }  // namespace foldnorm::analyses

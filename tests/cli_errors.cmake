@@ -50,6 +50,9 @@ expect("bench where nothing folds" 2 "nothing to compare" bench ${OUT}/llama.pt 
 # The core names the setting; the CLI spells it as its flag.
 expect("bench with one timed round" 2 "error: --reps: at least 2 timed rounds" bench ${OUT}/gpt2.pt --reps 1)
 expect("bench with one warm-up" 2 "error: --warmup: at least 2 warm-up" bench ${OUT}/gpt2.pt --warmup 1)
+# --json-out is checked before any timing, and never written over the model.
+expect("bench --json-out onto its input" 2 "refusing to overwrite" bench ${OUT}/gpt2.pt --json-out ${OUT}/gpt2.pt)
+expect("bench --json-out into a missing folder" 2 "folder .* does not exist" bench ${OUT}/gpt2.pt --json-out ${OUT}/no/such/b.json)
 
 # .pt2 inputs that are no readable torch.export archive of torch >= 2.9 (zips made here; a
 # truncated real one is tested in tests/test_export_archive.cpp).

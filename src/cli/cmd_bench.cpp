@@ -2,13 +2,13 @@
 // one run (see include/foldnorm/bench/bench_model.h). A .pt2 runs on foldnorm's interpreter.
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "command.h"
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/write_file.h"
 
 namespace foldnorm::cli {
 namespace {
@@ -61,11 +61,10 @@ void setup(CLI::App& app, int& exitCode) {
     bench::keepLargeBuffersOnHeap();
     args->options.scaleAbsorb = !args->noScaleAbsorb;
     args->options.insertCentering = !args->noInsertCentering;
+    if (!args->jsonOut.empty()) checkOutputFile(args->jsonOut, {args->model});  // before minutes of timing
     const auto report = bench::runModelBench(args->model, args->options, std::cerr);
     if (!args->jsonOut.empty()) {
-      std::ofstream out(args->jsonOut);
-      out << bench::toJson(report).dump(2) << "\n";
-      if (!out) throw Error("cannot write --json-out " + args->jsonOut);
+      writeFileAtomically(args->jsonOut, bench::toJson(report).dump(2) + "\n", {args->model});
     }
     if (args->json) {
       std::cout << bench::toJson(report).dump(2) << "\n";

@@ -1,16 +1,11 @@
 #include "foldnorm/render/render.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/write_file.h"
 #include "graphviz.h"
 
 namespace fs = std::filesystem;
@@ -60,62 +55,6 @@ std::string renderToBytes(const Scene& scene, ImageFormat format) {
   throw Error("unknown image format");
 }
 
-namespace {
-
-bool samePath(const fs::path& a, const fs::path& b) {
-  std::error_code ec;
-  if (fs::exists(a, ec) && fs::exists(b, ec)) {
-    bool same = fs::equivalent(a, b, ec);
-    if (!ec) return same;
-  }
-  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
-}
-
-void writeAtomically(const fs::path& target, const std::string& bytes) {
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw Error("cannot write '" + target.string() + "': folder '" + dir.string() + "' does not exist");
-  std::string pattern = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  int fd = mkstemp(name.data());
-  if (fd < 0)
-    throw Error("cannot create a temporary file in '" + dir.string() + "': " + std::strerror(errno));
-  std::string temp(name.data());
-  auto fail = [&](const std::string& what) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(temp.c_str());
-    throw Error("cannot write '" + target.string() + "': " + what + ": " + std::strerror(err));
-  };
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write failed");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  // mkstemp creates 0600; an image is as readable as any file the user makes.
-  mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
-    ::unlink(temp.c_str());
-    throw Error("cannot write '" + target.string() + "': close failed: " + std::strerror(errno));
-  }
-  if (std::rename(temp.c_str(), target.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temp.c_str());
-    throw Error("cannot write '" + target.string() + "': " + std::strerror(err));
-  }
-}
-
-}  // namespace
-
 std::size_t renderToFile(const Scene& scene, const std::string& path, const WriteOptions& options) {
   for (const auto& p : options.protectedPaths)
     if (samePath(path, p))
@@ -123,7 +62,7 @@ std::size_t renderToFile(const Scene& scene, const std::string& path, const Writ
   if (fs::is_directory(path)) throw Error("'" + path + "' is a folder; give a file name such as graph.svg");
   ImageFormat format = formatFromPath(path);
   std::string bytes = renderToBytes(scene, format);
-  writeAtomically(path, bytes);
+  writeFileAtomically(path, bytes);
   return bytes.size();
 }
 
