@@ -77,6 +77,10 @@ def main():
                         for _ in range(3):  # the profiling executor optimises on the second run
                             m(*args)
                     t = {k: per_forward(m, args, a.reps) for k, m in models.items()}
+                    # A profile of the wrong model would compare a model with itself.
+                    ours = sum(t["folded"].get(k, (0, 0))[1] for k in ("foldnorm::add_rms_norm", "foldnorm::rms_norm"))
+                    if ours == 0 or any(k.startswith("foldnorm::") for k in t["original"]):
+                        sys.exit(f"profile_e2e: {spec}: the folded forward ran no foldnorm op (or the original did)")
                     total = {k: sum(v[0] for v in t[k].values()) for k in t}
                     print(f"\n== {spec} seq {seq}, {a.threads} threads, {a.reps} forwards each: "
                           f"self CPU ms per forward, (calls)")
