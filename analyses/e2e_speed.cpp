@@ -105,8 +105,9 @@ int main(int argc, char** argv) {
        << "float64), then both are timed interleaved per sequence length. Speed-up = per-round\n"
        << "original/folded of back-to-back runs, median (p10-p90); above 1 the folded model is faster.\n"
        << "The 95% interval is a percentile bootstrap of that median (rounds resampled whole): \"faster\"\n"
-       << "when it lies above 1, \"slower\" when below, else \"within noise\". Each length runs at least\n"
-       << "--reps rounds, then more until its rounds took --case-seconds. \"folded\" keeps each\n"
+       << "when it lies above 1, \"slower\" when below, else \"within noise\" (\"too few rounds\" under 10).\n"
+       << "Each length runs at least --reps rounds, then more until its rounds took --case-seconds.\n"
+       << "\"folded\" keeps each\n"
        << "residual add separate; \"folded + fused\" runs each add -> folded norm pair as one\n"
        << "foldnorm::add_rms_norm (exact: bitwise the unfused fold); each variant is interleaved with its\n"
        << "own run of the original.\n";

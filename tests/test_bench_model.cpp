@@ -215,6 +215,8 @@ TEST_CASE("paired ratios: the bootstrap interval of the median decides faster, s
   // A function of the ratios and the seed: reproducible.
   CHECK(pairedRatio(noisy, 7).low == pairedRatio(noisy, 7).low);
   CHECK_THROWS_AS(pairedRatio({1.0}, 1), std::invalid_argument);
+  // Too few rounds decide nothing, however far from 1 they lie.
+  CHECK(pairedRatio({1.5, 1.6, 1.55, 1.52}, 1).verdict == "too few rounds");
 }
 
 TEST_CASE("with a time per length, cheap lengths run more rounds than --reps, in AB/BA pairs", "[bench]") {

@@ -392,7 +392,11 @@ PairedRatio pairedRatio(const std::vector<double>& ratios, uint64_t seed, int re
   p.low = quantile(medians, 0.025);
   p.high = quantile(medians, 0.975);
   p.rounds = static_cast<int>(ratios.size());
-  p.verdict = p.low > 1 ? "faster" : p.high < 1 ? "slower" : "within noise";
+  // Below 10 rounds a percentile bootstrap of a median is too coarse to trust either way (a 4-round
+  // run on a loaded machine can look "slower" by chance).
+  constexpr std::size_t kMinRoundsToDecide = 10;
+  if (ratios.size() < kMinRoundsToDecide) p.verdict = "too few rounds";
+  else p.verdict = p.low > 1 ? "faster" : p.high < 1 ? "slower" : "within noise";
   return p;
 }
 

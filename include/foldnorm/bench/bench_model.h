@@ -90,7 +90,8 @@ struct PairedRatio {
   double low = 0;            // 2.5% point of the bootstrapped medians
   double high = 0;           // 97.5% point
   int rounds = 0;
-  std::string verdict;       // "faster" (low > 1), "slower" (high < 1) or "within noise"
+  std::string verdict;       // "faster" (low > 1), "slower" (high < 1), "within noise", or
+                             // "too few rounds" (under 10: no verdict)
 };
 
 /// The PairedRatio of `ratios` (original / folded per round), `resamples` bootstrap medians drawn
