@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The quiet-machine CPU measurement of issue 16 (docs/kernels.md, docs/e2e-cpu.md): run it when
 # nothing else runs on the box (the dev machine's 2 cores are shared; a loaded run measures the
-# load). About 15-20 minutes at full size on the 2-core Zen 4 dev machine.
+# load). About 20-25 minutes at full size on the 2-core Zen 4 dev machine.
 #
 #   scripts/quiet-bench.sh OUTDIR [--tiny] [--build DIR]
 #
@@ -15,8 +15,9 @@
 #   bench-norm-avx2.{json,txt}  the same with our kernels forced to AVX2 (an AVX2-only CPU's path)
 #   bench-norm-1thread.{json,txt}  the 16-bit rows on one thread (is it memory or the core?)
 #                               (.json: the run; .txt: its BW/copy and fused speed-ups per case)
-#   e2e-cpu.md, e2e_cpu.dat     e2e_speed --fuse both: GPT-2 small, BERT base, OPT-125m at the
-#                               lengths and rounds docs/e2e-cpu.md uses (its regeneration command)
+#   e2e-cpu.md, e2e_cpu.dat     e2e_speed --fuse on: GPT-2 small, BERT base, OPT-125m at the
+#                               lengths and rounds docs/e2e-cpu.md uses (its regeneration command;
+#                               about 10 minutes of it)
 #   summary.txt                 each step's outcome and time
 # --tiny runs every step at toy sizes (a check of the script, not a measurement).
 # --build DIR: the build with bin/foldnorm and bin/e2e_speed (default $FOLDNORM_BUILD or ./build).
@@ -88,11 +89,12 @@ step() {
 
 if (( tiny )); then
   dtypes=float32,bfloat16; hidden=64,100; rows=64; reps=3; warmup=1
-  models=gpt2:tiny,bert:tiny,opt:tiny; seqs=16; e2e_warmup=2; e2e_reps=2
+  models=gpt2:tiny,bert:tiny,opt:tiny; seqs=16; e2e_warmup=2; e2e_reps=2; e2e_seconds=0
 else
   dtypes=float32,bfloat16,float16; hidden=768,4096,8192; rows=8192; reps=41; warmup=3
-  # docs/e2e-cpu.md's regeneration command: 2 threads, 3 warm-up, 10 rounds, seq 32,128,512.
-  models=gpt2:small,bert:base,opt:125m; seqs=32,128,512; e2e_warmup=3; e2e_reps=10
+  # docs/e2e-cpu.md's regeneration command: 2 threads, 3 warm-up, at least 40 rounds and 35 s of
+  # rounds per length (paired ratios with a bootstrap interval), seq 32,128,512, fused fold.
+  models=gpt2:small,bert:base,opt:125m; seqs=32,128,512; e2e_warmup=3; e2e_reps=40; e2e_seconds=35
 fi
 norm_args=(bench-norm --device cpu --threads 2 --dtype "$dtypes" --hidden "$hidden" --rows "$rows"
            --warmup "$warmup" --json)
@@ -109,9 +111,10 @@ step bench-norm-1thread 180 "$foldnorm" bench-norm --device cpu --threads 1 \
   --dtype "$( (( tiny )) && echo bfloat16 || echo bfloat16,float16)" --hidden "$hidden" --rows "$rows" \
   --warmup "$warmup" --reps $(( tiny ? 3 : 21 )) --json
 
-# (b) the models end to end: original vs folded vs folded + fused.
-step e2e 900 "$e2e" --device cpu --dtype float32 --threads 2 --fuse both --models "$models" \
-  --seq "$seqs" --warmup "$e2e_warmup" --reps "$e2e_reps" --out "$out/e2e-cpu.md" --data "$out/e2e_cpu.dat"
+# (b) the models end to end: original vs folded + fused (the issue's claim), paired rounds.
+step e2e 900 "$e2e" --device cpu --dtype float32 --threads 2 --fuse on --models "$models" \
+  --seq "$seqs" --warmup "$e2e_warmup" --reps "$e2e_reps" --case-seconds "$e2e_seconds" \
+  --out "$out/e2e-cpu.md" --data "$out/e2e_cpu.dat"
 
 # The bench-norm JSON as tables: the two figures the issue asks for, per case.
 for name in bench-norm bench-norm-avx2 bench-norm-1thread; do

@@ -54,6 +54,10 @@ void checkTimed(const ModelBenchCase& c) {
   CHECK(c.speedup.p10 <= c.speedup.p90);
   CHECK(c.originalItemsPerSecond > 0);
   CHECK(c.foldedItemsPerSecond > 0);
+  CHECK(c.paired.median == Approx(c.speedup.median));  // the same per-round ratios
+  CHECK(c.paired.low <= c.paired.median);
+  CHECK(c.paired.median <= c.paired.high);
+  CHECK(c.paired.rounds >= 2);
 }
 
 }  // namespace
@@ -173,6 +177,68 @@ TEST_CASE("the model bench rejects options it cannot time honestly, naming the s
     o.device = "tpu";
     checkRefused(o, "device", "'tpu'");
   }
+  SECTION("a negative time per length is named") {
+    o.caseSeconds = -1;
+    checkRefused(o, "case_seconds", "must not be negative");
+  }
+}
+
+TEST_CASE("paired ratios: the bootstrap interval of the median decides faster, slower or within noise",
+          "[bench]") {
+  using foldnorm::bench::pairedRatio;
+  // Ratios 1.03 +- 0.02 (deterministic spread): the interval lies above 1.
+  std::vector<double> faster, slower, noisy;
+  for (int i = 0; i < 60; ++i) {
+    const double wobble = 0.02 * std::sin(1.7 * i);
+    faster.push_back(1.03 + wobble);
+    slower.push_back(0.97 + wobble);
+    noisy.push_back(1.0 + 5 * wobble);  // +-10% around 1: a 1% effect could hide in it
+  }
+  const auto f = pairedRatio(faster, 1);
+  CHECK(f.verdict == "faster");
+  CHECK(f.rounds == 60);
+  CHECK(f.low > 1.0);
+  CHECK(f.low <= f.median);
+  CHECK(f.median <= f.high);
+  CHECK(f.median == Approx(1.03).margin(0.01));
+  CHECK(pairedRatio(slower, 1).verdict == "slower");
+  CHECK(pairedRatio(slower, 1).high < 1.0);
+  const auto n = pairedRatio(noisy, 1);
+  CHECK(n.verdict == "within noise");
+  CHECK(n.low < 1.0);
+  CHECK(n.high > 1.0);
+  // More rounds of the same spread narrow the interval (that is what --case-seconds buys).
+  std::vector<double> longer;
+  for (int i = 0; i < 600; ++i) longer.push_back(1.0 + 0.1 * std::sin(1.7 * i));
+  const auto l = pairedRatio(longer, 1);
+  CHECK(l.high - l.low < 0.5 * (n.high - n.low));
+  // A function of the ratios and the seed: reproducible.
+  CHECK(pairedRatio(noisy, 7).low == pairedRatio(noisy, 7).low);
+  CHECK_THROWS_AS(pairedRatio({1.0}, 1), std::invalid_argument);
+  // Too few rounds decide nothing, however far from 1 they lie.
+  CHECK(pairedRatio({1.5, 1.6, 1.55, 1.52}, 1).verdict == "too few rounds");
+}
+
+TEST_CASE("with a time per length, cheap lengths run more rounds than --reps, in AB/BA pairs", "[bench]") {
+  ScratchDir dir;
+  const auto model = buildTinyGpt2(dir);
+  std::ostringstream progress;
+  auto o = quickOptions();
+  o.seqs = {8};
+  o.caseSeconds = 3;  // a tiny GPT-2 round takes milliseconds (well under 1.5 s even on a loaded machine)
+  const auto r = runModelBench(model, o, progress);
+  REQUIRE(r.cases.size() == 1);
+  checkTimed(r.cases[0]);
+  CHECK(r.cases[0].paired.rounds > o.reps);
+  CHECK(r.cases[0].paired.rounds % 2 == 0);
+  CHECK(r.caseSeconds == 3);
+  const auto j = foldnorm::bench::toJson(r);
+  CHECK(j["cases"][0]["paired"]["rounds"].get<int>() == r.cases[0].paired.rounds);
+  CHECK(j["cases"][0]["paired"]["verdict"].get<std::string>() == r.cases[0].paired.verdict);
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("95% interval"));
+  // Without it, exactly reps rounds.
+  o.caseSeconds = 0;
+  CHECK(runModelBench(model, o, progress).cases[0].paired.rounds == o.reps);
 }
 
 TEST_CASE("the model bench times the model it is given: no re-import, process settings restored",

@@ -24,6 +24,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <random>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -71,6 +73,8 @@ void checkOptions(const BenchModelOptions& o) {
     throw SettingError("warmup", "at least 2 warm-up forwards are needed (the TorchScript executor profiles "
                                  "on the first run and optimises on the second)");
   if (o.reps < 2) throw SettingError("reps", "at least 2 timed rounds are needed for a median and a spread");
+  if (!(o.caseSeconds >= 0))
+    throw SettingError("case_seconds", "the timed seconds per length must not be negative (0: exactly reps rounds)");
   if (o.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
 }
 
@@ -222,8 +226,18 @@ ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& spe
   }
 
   std::vector<double> originalMs, foldedMs, ratios;
-  auto lastReport = std::chrono::steady_clock::now();
-  for (int rep = 0; rep < options.reps; ++rep) {
+  const auto timingStart = std::chrono::steady_clock::now();
+  auto lastReport = timingStart;
+  // At least reps rounds; with caseSeconds, more until the timed rounds have taken that long.
+  // Rounds come in pairs (AB then BA) so both orders are equally often first.
+  auto moreRounds = [&](int done) {
+    if (done < options.reps) return true;
+    if (options.caseSeconds <= 0) return false;
+    if (done % 2 != 0) return true;  // finish the pair
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - timingStart).count() <
+           options.caseSeconds;
+  };
+  for (int rep = 0; moreRounds(rep); ++rep) {
     // Alternate the order (AB, BA, ...) so a drift in clocks or load falls on both alike.
     double a = 0, b = 0;
     if (rep % 2 == 0) {
@@ -237,9 +251,8 @@ ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& spe
     foldedMs.push_back(b);
     ratios.push_back(a / b);
     const auto now = std::chrono::steady_clock::now();
-    if (now - lastReport > std::chrono::seconds(5) || rep + 1 == options.reps) {
-      progress << format("[bench] %s: round %d/%d (original %.2f ms, folded %.2f ms)\n", label.c_str(),
-                         rep + 1, options.reps, a, b)
+    if (now - lastReport > std::chrono::seconds(5)) {
+      progress << format("[bench] %s: round %d (original %.2f ms, folded %.2f ms)\n", label.c_str(), rep + 1, a, b)
                << std::flush;
       lastReport = now;
     }
@@ -247,6 +260,7 @@ ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& spe
   c.originalMs = spreadOf(originalMs);
   c.foldedMs = spreadOf(foldedMs);
   c.speedup = spreadOf(ratios);
+  c.paired = pairedRatio(ratios, options.seed);
   c.originalItemsPerSecond = static_cast<double>(c.items) / (c.originalMs.median * 1e-3);
   c.foldedItemsPerSecond = static_cast<double>(c.items) / (c.foldedMs.median * 1e-3);
   return c;
@@ -302,6 +316,7 @@ ModelBenchReport startReport(const ImportedModel& model, const FoldReport& fold,
   report.threads = at::get_num_threads();
   report.warmup = options.warmup;
   report.reps = options.reps;
+  report.caseSeconds = options.caseSeconds;
   report.runner = runner;
   report.executor = executor;
   report.rmsOp = options.rmsOp;
@@ -344,9 +359,11 @@ void timeCases(ModelBenchReport& report, const ImportedModel& model, const Runne
     report.cases.push_back(runCase(runners, specs, seq, report.seqApplies, options, progress));
     const auto& c = report.cases.back();
     if (c.skipped.empty()) {
-      say(format("%s: original %.2f ms, folded %.2f ms, speed-up %.3fx (p10-p90 %.3f-%.3f)",
+      say(format("%s: original %.2f ms, folded %.2f ms, speed-up %.3fx (p10-p90 %.3f-%.3f; 95%% interval "
+                 "%.3f-%.3f over %d rounds: %s)",
                  report.seqApplies ? format("seq %lld", static_cast<long long>(seq)).c_str() : "spec shape",
-                 c.originalMs.median, c.foldedMs.median, c.speedup.median, c.speedup.p10, c.speedup.p90));
+                 c.originalMs.median, c.foldedMs.median, c.speedup.median, c.speedup.p10, c.speedup.p90,
+                 c.paired.low, c.paired.high, c.paired.rounds, c.paired.verdict.c_str()));
     }
   }
   if (deviceOf(options).is_cpu()) report.loadAfter = loadAverage();
@@ -357,6 +374,31 @@ void markLargeBuffersOnHeap() { largeBuffersOnHeap = true; }
 }  // namespace detail
 
 using namespace detail;
+
+PairedRatio pairedRatio(const std::vector<double>& ratios, uint64_t seed, int resamples) {
+  if (ratios.size() < 2) throw std::invalid_argument("pairedRatio: at least two ratios are needed");
+  if (resamples < 100) throw std::invalid_argument("pairedRatio: at least 100 resamples are needed");
+  // Percentile bootstrap of the median: rounds are resampled whole, so each keeps its own pair of
+  // back-to-back runs; a fixed seed makes the interval a function of the ratios.
+  std::mt19937_64 generator(seed);
+  std::uniform_int_distribution<std::size_t> pick(0, ratios.size() - 1);
+  std::vector<double> medians(static_cast<std::size_t>(resamples)), sample(ratios.size());
+  for (auto& m : medians) {
+    for (auto& x : sample) x = ratios[pick(generator)];
+    m = quantile(sample, 0.5);
+  }
+  PairedRatio p;
+  p.median = quantile(ratios, 0.5);
+  p.low = quantile(medians, 0.025);
+  p.high = quantile(medians, 0.975);
+  p.rounds = static_cast<int>(ratios.size());
+  // Below 10 rounds a percentile bootstrap of a median is too coarse to trust either way (a 4-round
+  // run on a loaded machine can look "slower" by chance).
+  constexpr std::size_t kMinRoundsToDecide = 10;
+  if (ratios.size() < kMinRoundsToDecide) p.verdict = "too few rounds";
+  else p.verdict = p.low > 1 ? "faster" : p.high < 1 ? "slower" : "within noise";
+  return p;
+}
 
 void keepLargeBuffersOnHeap() {
   // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and page-fault

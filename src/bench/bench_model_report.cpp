@@ -17,6 +17,8 @@ nlohmann::json toJson(const ModelBenchReport& r) {
       j["original_ms"] = spread(c.originalMs);
       j["folded_ms"] = spread(c.foldedMs);
       j["speedup"] = spread(c.speedup);
+      j["paired"] = {{"median", c.paired.median}, {"ci95_low", c.paired.low}, {"ci95_high", c.paired.high},
+                     {"rounds", c.paired.rounds}, {"verdict", c.paired.verdict}};
       j["original_" + r.itemUnit + "_per_s"] = c.originalItemsPerSecond;
       j["folded_" + r.itemUnit + "_per_s"] = c.foldedItemsPerSecond;
     }
@@ -34,6 +36,7 @@ nlohmann::json toJson(const ModelBenchReport& r) {
           {"threads", r.threads},
           {"warmup", r.warmup},
           {"reps", r.reps},
+          {"case_seconds", r.caseSeconds},
           {"runner", r.runner},
           {"executor", r.executor},
           {"rms_op", r.rmsOp},
@@ -59,18 +62,22 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
   s += format("device %s, %s, %d threads, CPU kernels %s, torch %s; folded LNs are %s\n", r.device.c_str(),
               r.dtype.c_str(), r.threads, r.cpuKernelIsa.c_str(), r.torchVersion.c_str(),
               r.rmsOp == "aten" ? "aten::rms_norm + bias add" : "foldnorm::rms_norm");
-  s += format("%d warm-up forwards per model and length, then %d rounds, each running both models "
+  s += format("%d warm-up forwards per model and length, then %d rounds%s, each running both models "
               "(order alternating)\nrunner %s: %s; allocator: %s\n%s\n",
-              r.warmup, r.reps, r.runner.c_str(), r.executor.c_str(),
+              r.warmup, r.reps,
+              r.caseSeconds > 0 ? format(" or more, until %.0f s of timed rounds", r.caseSeconds).c_str() : "",
+              r.runner.c_str(), r.executor.c_str(),
               r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)",
               r.seqNote.c_str());
   if (r.loadBefore >= 0)
     s += format("1-minute load average %.2f before, %.2f after (others' work on this machine)\n",
                 r.loadBefore, r.loadAfter);
-  s += "median ms (p10-p90); speed-up = per-round original/folded, median (p10-p90)\n\n";
+  s += "median ms (p10-p90); speed-up = per-round original/folded, median (p10-p90); its bootstrap 95% "
+       "interval decides faster / slower / within noise\n\n";
   const std::string unit = r.itemUnit == "tokens" ? "tok/s" : "img/s";
-  s += format("%6s %8s %24s %24s %11s %11s %22s\n", "seq", r.itemUnit.c_str(), "original ms",
-              "folded ms", ("orig " + unit).c_str(), ("fold " + unit).c_str(), "speed-up");
+  s += format("%6s %8s %24s %24s %11s %11s %22s %13s %7s  %s\n", "seq", r.itemUnit.c_str(), "original ms",
+              "folded ms", ("orig " + unit).c_str(), ("fold " + unit).c_str(), "speed-up", "95% interval",
+              "rounds", "verdict");
   for (const auto& c : r.cases) {
     const std::string seq = r.seqApplies ? std::to_string(c.seq) : "-";
     if (!c.skipped.empty()) {
@@ -80,10 +87,11 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
     auto cell = [](const Spread& x, const char* f) {
       return format(f, x.median, x.p10, x.p90);
     };
-    s += format("%6s %8lld %24s %24s %11.1f %11.1f %22s\n", seq.c_str(), static_cast<long long>(c.items),
-                cell(c.originalMs, "%.2f (%.2f-%.2f)").c_str(), cell(c.foldedMs, "%.2f (%.2f-%.2f)").c_str(),
-                c.originalItemsPerSecond, c.foldedItemsPerSecond,
-                cell(c.speedup, "%.3f (%.3f-%.3f)").c_str());
+    s += format("%6s %8lld %24s %24s %11.1f %11.1f %22s %13s %7d  %s\n", seq.c_str(),
+                static_cast<long long>(c.items), cell(c.originalMs, "%.2f (%.2f-%.2f)").c_str(),
+                cell(c.foldedMs, "%.2f (%.2f-%.2f)").c_str(), c.originalItemsPerSecond, c.foldedItemsPerSecond,
+                cell(c.speedup, "%.3f (%.3f-%.3f)").c_str(), format("%.3f-%.3f", c.paired.low, c.paired.high).c_str(),
+                c.paired.rounds, c.paired.verdict.c_str());
   }
   return s;
 }

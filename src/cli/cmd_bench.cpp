@@ -51,6 +51,9 @@ void setup(CLI::App& app, int& exitCode) {
       ->capture_default_str();
   cmd->add_option("--reps", o.reps, "Timed rounds per length (each runs both models once)")
       ->capture_default_str();
+  cmd->add_option("--case-seconds", o.caseSeconds,
+                  "After --reps rounds, keep timing rounds until a length's rounds took this many seconds (0: off)")
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the inputs")->capture_default_str();

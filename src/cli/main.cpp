@@ -76,8 +76,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const foldnorm::SettingError& e) {
-    // The core names the setting; the command line spells it as its flag.
-    std::cerr << "foldnorm: error: --" << e.setting() << ": " << printable(e.what()) << "\n";
+    // The core names the setting; the command line spells it as its flag (rms_op -> --rms-op).
+    std::string flag = e.setting();
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::cerr << "foldnorm: error: --" << flag << ": " << printable(e.what()) << "\n";
     return 2;
   } catch (const foldnorm::Error& e) {
     std::cerr << "foldnorm: error: " << printable(e.what()) << "\n";

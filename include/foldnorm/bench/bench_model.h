@@ -20,7 +20,9 @@
 //     the forward, then a synchronize; no L2 flush (a model's layers see warm caches);
 //   - c10::InferenceMode around everything.
 // Per length it reports median and p10-p90 of each model, tokens/s (images/s for image models),
-// and the speed-up as the per-round ratio original/folded (median and p10-p90).
+// and the speed-up as the per-round ratio original/folded of back-to-back runs (median and
+// p10-p90), with a bootstrap 95% interval of its median that says "faster", "slower" or "within
+// noise" (a drift in load moves both runs of a round alike, so the ratio cancels most of it).
 //
 // The sequence dimension: the last dimension of every integer (or bool) input, which is where
 // token ids and attention masks keep it. A model with no such input (an image model) has no
@@ -56,7 +58,11 @@ struct BenchModelOptions {
   std::vector<int64_t> seqs;      // empty: the spec's own sequence length
   int64_t batch = 0;              // 0: the spec's own batch (dim 0)
   int warmup = 10;                // untimed forwards of each model per sequence length
-  int reps = 20;                  // timed rounds per length; each runs both models once
+  int reps = 20;                  // timed rounds per length (at least); each runs both models once
+  // > 0: after `reps` rounds, keep timing rounds until the length's timed rounds have taken this
+  // many seconds of wall clock (so cheap lengths get more rounds; the count depends on the time a
+  // round takes, never on the ratios seen). 0: exactly `reps` rounds.
+  double caseSeconds = 0;
   int threads = 0;                // CPU intra-op threads for this run; 0: leave the process's
   int verifyRandomInputs = 2;     // random input sets for the fold verification
   bool fuseAddNorm = true;        // fold with residual add + norm fused (FoldOptions::fuseAddNorm)
@@ -77,6 +83,22 @@ struct Spread {
   double p90 = 0;
 };
 
+/// The per-round speed-ups of back-to-back runs (original / folded) summed up: their median with
+/// a percentile-bootstrap 95% interval of that median, and what the interval decides.
+struct PairedRatio {
+  double median = 0;
+  double low = 0;            // 2.5% point of the bootstrapped medians
+  double high = 0;           // 97.5% point
+  int rounds = 0;
+  std::string verdict;       // "faster" (low > 1), "slower" (high < 1), "within noise", or
+                             // "too few rounds" (under 10: no verdict)
+};
+
+/// The PairedRatio of `ratios` (original / folded per round), `resamples` bootstrap medians drawn
+/// with a generator seeded by `seed` (the same ratios and seed give the same interval). Needs at
+/// least two ratios (std::invalid_argument otherwise).
+PairedRatio pairedRatio(const std::vector<double>& ratios, uint64_t seed, int resamples = 4000);
+
 struct ModelBenchCase {
   int64_t seq = 0;                       // 0 when the model has no sequence dimension
   std::vector<std::string> inputShapes;  // input specs as run
@@ -85,6 +107,7 @@ struct ModelBenchCase {
   Spread originalMs;
   Spread foldedMs;
   Spread speedup;                        // per-round original / folded
+  PairedRatio paired;                    // the same ratios: median, bootstrap 95% interval, verdict
   double originalItemsPerSecond = 0;     // items / median
   double foldedItemsPerSecond = 0;
 };
@@ -98,6 +121,7 @@ struct ModelBenchReport {
   int threads = 0;
   int warmup = 0;
   int reps = 0;
+  double caseSeconds = 0;   // BenchModelOptions::caseSeconds (0: every length ran exactly reps rounds)
   std::string itemUnit;     // "tokens" | "images"
   bool seqApplies = true;   // false: no integer input, the spec shape was timed
   std::string seqNote;      // how the sequence dimension was chosen (or why it does not apply)
