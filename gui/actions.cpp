@@ -267,6 +267,7 @@ void startBench(App& app) {
   static const char* kDtypes[] = {"float32", "bfloat16", "float16"};
   options.dtype = kDtypes[std::clamp(b.dtype, 0, 2)];
   options.reps = b.reps;
+  options.rmsOp = kBenchRmsOps[std::clamp(b.rmsOp, 0, 1)];
   const auto model = ui.model;
   const uint64_t generation = ui.generation;
   b.error.clear();

@@ -86,6 +86,10 @@ struct FoldState {
   std::shared_ptr<const render::Scene> fullScene;
 };
 
+/// The Benchmark panel's RMSNorm ops (bench::BenchModelOptions::rmsOp), the default first: ours
+/// is the fast one on the CPU; aten::rms_norm + a bias add is what `foldnorm fold X.pt2` writes.
+inline constexpr const char* kBenchRmsOps[] = {"foldnorm", "aten"};
+
 /// The benchmark panel: its settings (kept across models) and the last result for this model.
 struct BenchState {
   // settings
@@ -93,6 +97,7 @@ struct BenchState {
   int dtype = 0;                 // 0 float32, 1 bfloat16, 2 float16
   std::string seqText = "64,128";
   int reps = 10;
+  int rmsOp = 0;                 // index into kBenchRmsOps: what the folded LNs become
   bool cudaProbed = false;       // the model worker asked LibTorch once, at start
   bool cudaAvailable = false;
   std::vector<std::string> devices() const {

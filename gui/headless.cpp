@@ -105,6 +105,7 @@ nlohmann::json benchState(const App& app) {
   j["settings"] = {{"device", b.devices()[std::clamp(b.device, 0, static_cast<int>(b.devices().size()) - 1)]},
                    {"seq", b.seqText},
                    {"reps", b.reps},
+                   {"rmsOp", kBenchRmsOps[std::clamp(b.rmsOp, 0, 1)]},
                    {"cudaAvailable", b.cudaAvailable}};
   j["report"] = b.report ? bench::toJson(*b.report) : nlohmann::json(nullptr);
   j["seconds"] = b.seconds;
@@ -176,6 +177,7 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
                {"verified", ui.fold.verified},
                {"equivalent", ui.fold.equivalent},
                {"verificationRows", ui.fold.checks.size()},
+               {"details", ui.fold.details},
                {"foldedGraphNodes", ui.fold.folded ? ui.fold.folded->imported().graph.nodeCount() : 0},
                {"foldedError", ui.fold.foldedError},
                {"showFolded", ui.showFolded},

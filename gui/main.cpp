@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli.add_option("--bench-device", headless.benchDevice, "With --bench: cpu or cuda")
       ->capture_default_str();
+  cli.add_option("--bench-rms-op", headless.benchRmsOp,
+                 "With --bench: what the folded LNs become, foldnorm (our op) or aten (aten::rms_norm + bias add)")
+      ->check(CLI::IsMember({"foldnorm", "aten"}))
+      ->capture_default_str();
   cli.add_flag("--fold", headless.fold, "Fold and verify once the model is laid out");
   cli.add_flag("--show-folded", headless.showFolded,
                "With --fold: then show the folded graph on the canvas");
@@ -162,6 +166,7 @@ int main(int argc, char** argv) {
     if (headless.bench) {
       app.ui.bench.seqText = headless.benchSeq;
       app.ui.bench.reps = headless.benchReps;
+      app.ui.bench.rmsOp = headless.benchRmsOp == "aten" ? 1 : 0;
     }
     bool pendingBench = headless.bench && !modelPath.empty();
     bool pendingFold = (headless.fold || headless.showFolded) && !modelPath.empty();

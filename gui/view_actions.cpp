@@ -185,9 +185,10 @@ void startFold(App& app) {
                                                               " centering(s)");
     const Verification& v = r.verification;
     if (v.ran) {
-      state.details.push_back(std::to_string(v.runs) + " input sets on " + v.device +
-                              ": worst relative error float64 " + scientific(v.worstRelative64) +
-                              ", float32 " + scientific(v.worstRelative32));
+      // The verdict lines `foldnorm fold` prints, for either kind of model.
+      state.details.push_back(std::to_string(v.runs) + " input sets on " + v.device + ", LNs now " +
+                              (r.rmsOp == RmsOp::Aten ? "aten::rms_norm" : "foldnorm::rms_norm"));
+      for (const auto& line : verificationSummary(v)) state.details.push_back(line);
     }
     state.checks = v.checks;
     // The folded graph for the canvas: the folded model written as the CLI writes it and read
@@ -236,6 +237,7 @@ void saveFoldedModel(App& app, const std::string& path) {
   app.modelWorker.submit("save folded model", [=](const Worker::Progress& progress) -> Worker::Completion {
     progress("writing " + path);
     checkOutputPath(model->imported().path, path);
+    checkFoldedOutputKind(model->imported(), path);
     bench::saveModelFold(*fold, model->imported(), path);
     return [path, generation](App& app) {
       if (app.ui.generation != generation) return;
@@ -275,7 +277,10 @@ void DrawActions(App& app) {
                          "%s", ui.fold.equivalent ? "verified: same function (float64), same predictions"
                                                   : "verification FAILED");
     }
-    for (const auto& d : ui.fold.details) ImGui::BulletText("%s", d.c_str());
+    for (const auto& d : ui.fold.details) {
+      ImGui::Bullet();
+      ImGui::TextWrapped("%s", d.c_str());  // the verdict lines are long: wrap in a narrow panel
+    }
     drawVerificationTable(ui);
     const bool savable = ui.fold.result && ui.fold.verified && ui.fold.equivalent;
     ImGui::BeginDisabled(busy || !savable);
@@ -334,7 +339,7 @@ void DrawBench(App& app) {
     ImGui::SameLine(0, labelGap);
   };
 
-  // Settings: device, dtype / sequence lengths, reps.
+  // Settings: device, dtype, rms op / reps, sequence lengths.
   const auto devices = b.devices();
   b.device = std::clamp(b.device, 0, static_cast<int>(devices.size()) - 1);
   label("device");
@@ -360,9 +365,19 @@ void DrawBench(App& app) {
                       "and float64");
   }
   ImGui::SameLine();
+  label("rms op");
+  ImGui::SetNextItemWidth(90);
+  ImGui::Combo("##rmsop", &b.rmsOp, kBenchRmsOps, IM_ARRAYSIZE(kBenchRmsOps));
+  if (ImGui::IsItemHovered()) {
+    ImGui::SetTooltip("what the folded LNs become in the timed model: foldnorm (our fused op, the fast "
+                      "one on the CPU) or aten (aten::rms_norm + a bias add, as `foldnorm fold X.pt2` "
+                      "writes by default)");
+  }
+  // Second row: reps, then the lengths (the first row has no room left for reps beside rms op).
   label("reps");
-  ImGui::SetNextItemWidth(-1);
+  ImGui::SetNextItemWidth(100);
   if (ImGui::InputInt("##reps", &b.reps, 1, 5)) b.reps = std::clamp(b.reps, 2, 1000);
+  ImGui::SameLine();
   label("seq");
   ImGui::SetNextItemWidth(-1);
   ImGui::InputTextWithHint("##seq", "sequence lengths, e.g. 64,128 (empty: the model's own)",

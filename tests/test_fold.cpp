@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
@@ -109,6 +110,31 @@ TEST_CASE("folding a pre-LN stream with a tied head verifies in float64 and floa
     // The untied copy is centered per row; the original table (read by the head) is not.
     auto emb = a.model.torch->module.attr("emb").toTensor();
     CHECK(emb.mean(1).abs().max().item<double>() > 1e-3);
+  }
+}
+
+TEST_CASE("the fold report names the RMSNorm op the folded LNs became, in text and JSON", "[fold]") {
+  auto a = analyzeIr(preLnModel(false));
+  for (auto op : {RmsOp::Foldnorm, RmsOp::Aten}) {
+    INFO(toString(op));
+    FoldOptions o;
+    o.rmsOp = op;
+    o.randomInputs = 1;
+    auto folded = foldModel(a.model, a.result, o);
+    CHECK(folded.report.verification.passed());
+    CHECK(folded.report.rmsOp == op);
+    int atenRms = 0;
+    for (auto* n : folded.torch->graph->nodes()) atenRms += n->kind() == c10::aten::rms_norm;
+    const auto text = toText(folded.report);
+    if (op == RmsOp::Aten) {
+      CHECK(atenRms == 3);
+      CHECK_THAT(text, Catch::Contains("folded 3 LayerNorm(s) into aten::rms_norm (+ a bias add"));
+      CHECK_THAT(text, !Catch::Contains("foldnorm::"));
+    } else {
+      CHECK(atenRms == 0);
+      CHECK_THAT(text, Catch::Contains("folded 3 LayerNorm(s) into foldnorm::rms_norm;"));
+    }
+    CHECK(toJson(folded.report)["rms_op"] == toString(op));
   }
 }
 

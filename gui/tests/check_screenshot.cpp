@@ -2,6 +2,7 @@
 //                    [--min-labels N] [--max-ui-median-ms MS] [--analysis ANALYSIS.json]
 //                    [--first-sight] [--folded] [--export FILE] [--max-relayout-ms MS]
 //                    [--toggled] [--reason REASON] [--mark KIND]... [--saved] [--runner NAME]
+//                    [--rms-op NAME]
 // The screenshot test's judge (gui/tests/screenshot_test.cmake): the PNG is a real picture (many
 // colours, most pixels not the background) and the dump says the frame showed the selected LN's
 // verdict in the inspector, with the canvas and the table drawn. With --bench 16 (or 64,128) the
@@ -17,7 +18,8 @@
 // --analysis, what `foldnorm analyze` says under the same settings); --reason the selected LN's
 // reason, named in its verdict text. --mark KIND the folded graph marks nodes of that kind
 // (scaled, inserted, ...); --saved the fold was saved where the dump says, as a non-empty file;
-// --runner the benchmark ran on that runner (torchscript, interpreter). Reads the files only; it
+// --runner the benchmark ran on that runner (torchscript, interpreter); --rms-op the panel was set
+// to that RMSNorm op and the benchmark's report records it (foldnorm, aten). Reads the files only; it
 // never asks the GUI anything.
 #include <algorithm>
 #include <cmath>
@@ -161,6 +163,17 @@ void checkFolded(const nlohmann::json& state) {
   const auto& f = state["fold"];
   check(f.value("equivalent", false), "the fold was verified: same function in float64");
   check(f.value("verificationRows", 0) > 0, "the verification table has rows");
+  // The verdict lines of `foldnorm fold`, for a .pt and a .pt2 alike: the saved file in float64
+  // (within its bound) and the prediction flips.
+  auto detail = [&](const std::string& prefix) {
+    for (const auto& d : f.value("details", nlohmann::json::array()))
+      if (d.get<std::string>().rfind(prefix, 0) == 0) return d.get<std::string>();
+    return std::string();
+  };
+  const auto saved = detail("saved file in float64: ");
+  check(saved.find("(within the bound") != std::string::npos,
+        "the Fold panel lists the saved file in float64, within its bound: '" + saved + "'");
+  check(!detail("predictions: ").empty(), "the Fold panel lists the prediction flips");
   check(f.value("showFolded", false), "the canvas shows the folded graph");
   // foldnorm::rms_norm (a .pt's default), add_rms_norm (fused) or aten::rms_norm (a .pt2's default).
   const auto& m = f["marks"];
@@ -210,7 +223,7 @@ int main(int argc, char** argv) {
       "usage: foldnorm-gui-check SHOT.png STATE.json LN_PATH|- [foldable|not-foldable] [--bench SEQS]\n"
       "       [--min-labels N] [--max-ui-median-ms MS] [--analysis A.json] [--first-sight] [--folded]\n"
       "       [--export FILE] [--max-relayout-ms MS] [--toggled] [--reason R] [--mark KIND]... [--saved]\n"
-      "       [--runner NAME]\n";
+      "       [--runner NAME] [--rms-op NAME]\n";
   if (argc < 4) {
     std::cerr << usage;
     return 2;
@@ -221,7 +234,7 @@ int main(int argc, char** argv) {
   int minLabels = 0;
   double maxUiMs = 0, maxRelayoutMs = 0;
   bool firstSight = false, folded = false, toggled = false, saved = false;
-  std::string reason, runner;
+  std::string reason, runner, rmsOp;
   std::vector<std::string> marks;
   for (int i = 4; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -258,6 +271,8 @@ int main(int argc, char** argv) {
       reason = argv[++i];
     } else if (arg == "--runner" && i + 1 < argc) {
       runner = argv[++i];
+    } else if (arg == "--rms-op" && i + 1 < argc) {
+      rmsOp = argv[++i];
     } else if (arg == "--mark" && i + 1 < argc) {
       marks.push_back(argv[++i]);
     } else if (arg == "--bench" && i + 1 < argc) {
@@ -365,6 +380,12 @@ int main(int argc, char** argv) {
   if (!runner.empty()) {
     const auto& report = state["bench"]["report"];
     check(report.is_object() && report.value("runner", "") == runner, "the benchmark ran on the " + runner + " runner");
+  }
+  if (!rmsOp.empty()) {
+    const auto& bench = state["bench"];
+    check(bench["settings"].value("rmsOp", "") == rmsOp, "the Benchmark panel was set to the " + rmsOp + " RMSNorm op");
+    check(bench["report"].is_object() && bench["report"].value("rms_op", "") == rmsOp,
+          "the benchmark's report records rms_op " + rmsOp);
   }
   if (maxRelayoutMs > 0) {
     const double ms = state["canvas"].value("relayoutMilliseconds", 1e9);

@@ -319,7 +319,7 @@ ModelBenchReport startReport(const ImportedModel& model, const FoldReport& fold,
   report.caseSeconds = options.caseSeconds;
   report.runner = runner;
   report.executor = executor;
-  report.rmsOp = options.rmsOp;
+  report.rmsOp = toString(fold.rmsOp);  // what the fold itself recorded, not the option asked for
   report.largeBuffersOnHeap = largeBuffersOnHeap;
   if (deviceOf(options).is_cpu()) report.loadBefore = loadAverage();
   report.foldedLayerNorms = static_cast<int>(fold.folded.size());

@@ -57,6 +57,7 @@ void setup(CLI::App& app, int& exitCode) {
     for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = progress;
     auto model = importModel(o->model, io);
+    checkFoldedOutputKind(model, o->out);  // the kind is known by content only now, before any fold work
     // The fold clones the loaded module; the file's bytes kept for fresh copies (as many again
     // as the model) are not needed past the import.
     if (model.torch) model.torch->archive.reset();

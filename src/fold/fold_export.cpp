@@ -7,6 +7,8 @@
 #include <unordered_map>
 
 #include "export_internal.h"
+#include "fold_internal.h"
+#include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold_support.h"
 #include "foldnorm/import/export.h"
@@ -59,29 +61,61 @@ PlanResult applyPlan(const ImportedModel& model, const json& program, const Stat
   return {std::move(edit.program), std::move(edit.state), std::move(edit.added)};
 }
 
+State archiveState(const ExportArchive& archive) {
+  State state;
+  for (const auto& t : archive.tensors) state[t.name] = t.tensor;
+  return state;
+}
+
+/// The comparisons of the TorchScript fold (fold_detail::verify), one model at a time so at most
+/// two float64 copies of the weights live at once: float32 (original vs folded), float64 (the
+/// original vs the plan on float64 state), saved-float64 (the original vs folded.state, the
+/// float32 tensors the archive gets, run in float64), then the flips of each float32 output.
 Verification verify(const ImportedModel& model, const ExportArchive& archive, const AnalysisResult& analysis,
-                    const FoldedExport& folded, const State& state, const FoldOptions& options, ExportRmsOp rmsOp) {
+                    const FoldedExport& folded, const FoldOptions& options, ExportRmsOp rmsOp) {
   auto setup = startVerification(model, archive.hasExampleInputs ? &archive.exampleInputs : nullptr, options);
   auto& v = setup.verification;
   const auto& sets = setup.inputSets;
+  const std::size_t n = sets.size();
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
-
-  ExportInterpreter original32(archive.program, state, {std::nullopt, setup.device});
-  ExportInterpreter folded32(folded.program, folded.state, {std::nullopt, setup.device});
-  for (std::size_t r = 0; r < sets.size(); ++r) {
-    progress("verifying in the model's dtype: input set " + std::to_string(r + 1) + "/" + std::to_string(sets.size()));
-    compareOutputs(original32.run(sets[r]), folded32.run(sets[r]), "float32", v.checks);
+  auto step = [&](const char* what, std::size_t r) {
+    progress(std::string("verifying ") + what + ": input set " + std::to_string(r + 1) + "/" + std::to_string(n));
+  };
+  const State state = archiveState(archive);
+  std::vector<std::vector<at::Tensor>> a(n), b(n), z(n);  // original32, folded32, original64 outputs
+  {
+    ExportInterpreter original32(archive.program, state, {std::nullopt, setup.device});
+    ExportInterpreter folded32(folded.program, folded.state, {std::nullopt, setup.device});
+    for (std::size_t r = 0; r < n; ++r) {
+      step("in the model's dtype", r);
+      a[r] = original32.run(sets[r]);
+      b[r] = folded32.run(sets[r]);
+      compareOutputs(a[r], b[r], "float32", v.checks);
+    }
   }
-  // float64: the plan applied to float64 state, so the centering is never rounded to float32.
-  progress("verifying in float64 (copies of both programs)");
-  auto state64 = castState(state, at::kDouble);
-  auto plan64 = applyPlan(model, archive.program, state64, analysis, options, rmsOp, nullptr);
-  ExportInterpreter original64(archive.program, state64, {at::kDouble, setup.device});
-  ExportInterpreter folded64(plan64.program, plan64.state, {at::kDouble, setup.device});
-  for (std::size_t r = 0; r < sets.size(); ++r) {
-    progress("verifying in float64: input set " + std::to_string(r + 1) + "/" + std::to_string(sets.size()));
-    compareOutputs(original64.run(sets[r]), folded64.run(sets[r]), "float64", v.checks);
+  {
+    // float64: the plan applied to float64 state, so the centering is never rounded to float32.
+    progress("verifying in float64 (copies of both programs)");
+    auto state64 = castState(state, at::kDouble);
+    ExportInterpreter original64(archive.program, state64, {at::kDouble, setup.device});
+    auto plan64 = applyPlan(model, archive.program, state64, analysis, options, rmsOp, nullptr);
+    ExportInterpreter folded64(plan64.program, plan64.state, {at::kDouble, setup.device});
+    for (std::size_t r = 0; r < n; ++r) {
+      step("in float64", r);
+      z[r] = original64.run(sets[r]);
+      compareOutputs(z[r], folded64.run(sets[r]), "float64", v.checks);
+    }
   }
+  // The saved file in float64: what a user who checks the written .pt2 in float64 sees.
+  ExportInterpreter saved64(folded.program, folded.state, {at::kDouble, setup.device});
+  for (std::size_t r = 0; r < n; ++r) {
+    step("the saved file in float64", r);
+    auto s = saved64.run(sets[r]);
+    compareOutputs(z[r], s, "saved-float64", v.checks);
+    fold_detail::checkPredictions(static_cast<int>(r), a[r], b[r], z[r], s, options.savedFloat64Bound, v.checks,
+                                  v.worstFlips);
+  }
+  fold_detail::keepWorst(v.worstFlips, kWorstFlips);
   summarizeChecks(v, options.float64Tolerance, options.savedFloat64Bound);
   return setup.verification;
 }
@@ -94,23 +128,41 @@ ExportRmsOp exportRmsOpFromName(const std::string& name) {
   throw SettingError("rms_op", "unknown RMSNorm op '" + name + "' for a .pt2 fold (aten | foldnorm)");
 }
 
+void checkFoldedOutputKind(const ImportedModel& model, const std::string& outPath) {
+  const std::string ending = ".pt2";
+  const bool pt2 =
+      outPath.size() >= ending.size() && outPath.compare(outPath.size() - ending.size(), ending.size(), ending) == 0;
+  if (model.exported && !pt2)
+    throw Error("output '" + outPath + "': a .pt2 (torch.export) model folds into a .pt2, and torch.export.load "
+                "wants that ending: choose an output ending in .pt2");
+  if (!model.exported && pt2)
+    throw Error("output '" + outPath + "': a TorchScript model folds into a TorchScript file, which a .pt2 "
+                "ending would have read as a torch.export archive: choose an output ending in .pt");
+}
+
 FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options,
                         ExportRmsOp rmsOp) {
   if (!model.exported || !model.exported->archive) throw std::logic_error("fold: the model is not a .pt2 import");
   const auto& archive = *model.exported->archive;
-  State state;
-  for (const auto& t : archive.tensors) state[t.name] = t.tensor;
+  const State state = archiveState(archive);
   if (options.progress)
     options.progress("centering " + std::to_string(analysis.plan.size()) + " parameter(s), replacing " +
                      std::to_string(analysis.foldableCount()) + " LayerNorm(s)");
   FoldedExport folded;
   folded.report.input = model.path;
+  folded.report.rmsOp = rmsOp == ExportRmsOp::Aten ? RmsOp::Aten : RmsOp::Foldnorm;
   auto r = applyPlan(model, archive.program, state, analysis, options, rmsOp, &folded.report);
   folded.program = std::move(r.program);
   folded.state = std::move(r.state);
   folded.added = std::move(r.added);
-  if (options.verify) folded.report.verification = verify(model, archive, analysis, folded, state, options, rmsOp);
+  if (options.verify) folded.report.verification = verify(model, archive, analysis, folded, options, rmsOp);
   return folded;
+}
+
+Verification verifyExportFold(const ImportedModel& model, const AnalysisResult& analysis, const FoldedExport& folded,
+                              const FoldOptions& options, ExportRmsOp rmsOp) {
+  if (!model.exported || !model.exported->archive) throw std::logic_error("fold: the model is not a .pt2 import");
+  return verify(model, *model.exported->archive, analysis, folded, options, rmsOp);
 }
 
 }  // namespace foldnorm

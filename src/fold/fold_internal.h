@@ -52,6 +52,18 @@ void fuseAddNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& t
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
                const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report);
 
+/// Rows of each float32 output whose argmax flipped, and whether float32 rounding explains each
+/// (PredictionFlip in fold.h): `a`, `b` original and folded in float32, `z` the original in
+/// float64, `s` the saved file in float64, all of input set `run`. Counts go into the "float32"
+/// checks, the flips into `worst` (trimmed now and then; keepWorst trims it at the end). Both
+/// folds' verifications call it (verify.cpp, fold_export.cpp).
+void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b,
+                      const std::vector<at::Tensor>& z, const std::vector<at::Tensor>& s, double savedBound,
+                      std::vector<OutputCheck>& checks, std::vector<PredictionFlip>& worst);
+
+/// Keeps the `keep` worst flips (largest margin / errorBound first).
+void keepWorst(std::vector<PredictionFlip>& flips, std::size_t keep);
+
 /// Runs original and folded (float32 on the options' device, and float64 copies) and compares.
 /// `held64`: the fold was made in float64 (its own tensors, named there, are float64 and are
 /// stored rounded to its dtype after the verification): `folded` is then the float64 plan too,

@@ -20,6 +20,7 @@ nlohmann::json toJson(const FoldReport& r) {
   j["untie_bytes"] = r.untieBytes;
   j["inserted_centerings"] = r.inserted;
   j["fused_add_norms"] = r.fusedAddNorms;
+  j["rms_op"] = toString(r.rmsOp);
   const auto& v = r.verification;
   nlohmann::json vj{{"ran", v.ran}};
   if (v.ran) {
@@ -58,12 +59,43 @@ nlohmann::json toJson(const FoldReport& r) {
   return j;
 }
 
+std::vector<std::string> verificationSummary(const Verification& v) {
+  std::vector<std::string> lines;
+  lines.push_back(v.float64Equivalent
+                      ? strf("float64 (the plan): equivalent (worst relative error %.2e: float64 rounding)",
+                             v.worstRelative64)
+                      : strf("float64 (the plan): NOT equivalent (worst relative error %.2e): this is a bug",
+                             v.worstRelative64));
+  lines.push_back(strf("saved file in float64: worst relative error %.2e (%s the bound %.0e for weights rounded to "
+                       "float32 after centering%s)",
+                       v.worstRelativeSaved64, v.savedWithinBound ? "within" : "ABOVE", v.savedFloat64Bound,
+                       v.savedWithinBound ? "" : ": look at the centered weights"));
+  lines.push_back(strf("float32: worst relative error %.2e", v.worstRelative32));
+  if (v.flippedRows == 0) {
+    lines.push_back(strf("predictions: unchanged (0 of %lld rows flipped)", static_cast<long long>(v.predictionRows)));
+  } else {
+    auto line = strf("predictions: %lld of %lld rows flipped, ", static_cast<long long>(v.flippedRows),
+                     static_cast<long long>(v.predictionRows));
+    if (v.unexplainedFlips == 0)
+      line += strf("all %lld within float32 rounding (top-2 margin <= row error bound)",
+                   static_cast<long long>(v.flippedRows));
+    else
+      line += strf("%lld NOT within float32 rounding (top-2 margin > row error bound): this is a bug",
+                   static_cast<long long>(v.unexplainedFlips));
+    lines.push_back(line);
+  }
+  return lines;
+}
+
 std::string toText(const FoldReport& r) {
   std::string out;
   if (r.folded.empty()) {
     out += "nothing was folded: no LayerNorm is foldable (the output computes the input model's function)\n";
   } else {
-    out += strf("folded %zu LayerNorm(s) into foldnorm::rms_norm; centered %zu parameter(s)", r.folded.size(),
+    // Both kinds name the op the same way: the .pt2 program's aten.rms_norm.default is aten::rms_norm.
+    const char* op = r.rmsOp == RmsOp::Aten ? "aten::rms_norm (+ a bias add where the LN has a bias)"
+                                            : "foldnorm::rms_norm";
+    out += strf("folded %zu LayerNorm(s) into %s; centered %zu parameter(s)", r.folded.size(), op,
                 r.centered.size());
     if (!r.untied.empty())
       out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
@@ -85,30 +117,10 @@ std::string toText(const FoldReport& r) {
   for (const auto& c : v.checks)
     out += strf("  %-13s %6zu  %-24s %12.3e %12.3e  %s\n", c.dtype.c_str(), c.output, c.shape.c_str(), c.maxAbs,
                 c.maxRel, c.hasPredictions ? strf("%.2f%%", 100 * c.argmaxAgreement).c_str() : "-");
-  out += v.float64Equivalent
-             ? strf("float64 (the plan): equivalent (worst relative error %.2e: float64 rounding)\n", v.worstRelative64)
-             : strf("float64 (the plan): NOT equivalent (worst relative error %.2e): this is a bug\n",
-                    v.worstRelative64);
-  out += strf("saved file in float64: worst relative error %.2e (%s the bound %.0e for weights rounded to float32 "
-              "after centering%s)\n",
-              v.worstRelativeSaved64, v.savedWithinBound ? "within" : "ABOVE", v.savedFloat64Bound,
-              v.savedWithinBound ? "" : ": look at the centered weights");
-  out += strf("float32: worst relative error %.2e\n", v.worstRelative32);
-  if (v.flippedRows == 0) {
-    out += strf("predictions: unchanged (0 of %lld rows flipped)\n", static_cast<long long>(v.predictionRows));
-  } else {
-    out += strf("predictions: %lld of %lld rows flipped, ", static_cast<long long>(v.flippedRows),
-                static_cast<long long>(v.predictionRows));
-    if (v.unexplainedFlips == 0)
-      out += strf("all %lld within float32 rounding (top-2 margin <= row error bound)\n",
-                  static_cast<long long>(v.flippedRows));
-    else
-      out += strf("%lld NOT within float32 rounding (top-2 margin > row error bound): this is a bug\n",
-                  static_cast<long long>(v.unexplainedFlips));
-    for (const auto& f : v.worstFlips)
-      out += strf("  output %zu, input set %d, row %lld: top-2 margin %.3e %s error bound %.3e\n", f.output, f.run,
-                  static_cast<long long>(f.row), f.margin, f.withinRounding() ? "<=" : ">", f.errorBound);
-  }
+  for (const auto& line : verificationSummary(v)) out += line + "\n";
+  for (const auto& f : v.worstFlips)
+    out += strf("  output %zu, input set %d, row %lld: top-2 margin %.3e %s error bound %.3e\n", f.output, f.run,
+                static_cast<long long>(f.row), f.margin, f.withinRounding() ? "<=" : ">", f.errorBound);
   return out;
 }
 

@@ -50,6 +50,7 @@ void replaceLayerNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTabl
                        const ImportedModel& model, const AnalysisResult& analysis, RmsOp rmsOp,
                        FoldReport* report) {
   const Graph& g = model.graph;
+  if (report) report->rmsOp = rmsOp;
   for (const auto& verdict : analysis.layerNorms) {
     if (!verdict.foldable) {
       if (report) {

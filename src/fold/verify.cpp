@@ -20,6 +20,8 @@ double badness(const PredictionFlip& f) {
   return f.margin > 0 || std::isnan(f.margin) ? std::numeric_limits<double>::infinity() : 0;
 }
 
+}  // namespace
+
 void keepWorst(std::vector<PredictionFlip>& flips, std::size_t keep) {
   std::stable_sort(flips.begin(), flips.end(),
                    [](const auto& x, const auto& y) { return badness(x) > badness(y); });
@@ -62,8 +64,6 @@ void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vect
     }
   }
 }
-
-}  // namespace
 
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,

@@ -112,6 +112,7 @@ struct FoldReport {
   std::vector<std::string> inserted;   // inserted centerings, described (method.md section 8)
   int64_t untieBytes = 0;
   int fusedAddNorms = 0;               // aten::add + rms_norm pairs now one foldnorm::add_rms_norm
+  RmsOp rmsOp = RmsOp::Foldnorm;       // what the folded LNs became (both kinds: .pt and .pt2)
   Verification verification;
 };
 
@@ -139,8 +140,19 @@ void saveFolded(const FoldedModel& folded, const ImportedModel& original, const 
 /// Checks `outPath` before any work is done (same file as input, directory not writable).
 void checkOutputPath(const std::string& inputPath, const std::string& outPath);
 
+/// Refuses (foldnorm::Error, one line) an output whose ending does not match the kind of fold: a
+/// .pt2 import folds into a .pt2 (torch.export.load warns on another ending, and foldnorm reads a
+/// file by its .pt2 ending as torch.export), a TorchScript import into anything but a .pt2 (a
+/// TorchScript file named .pt2 would be read back as a torch.export archive and refused).
+/// (Defined with the .pt2 fold, src/fold/fold_export.cpp.)
+void checkFoldedOutputKind(const ImportedModel& model, const std::string& outPath);
+
+
 nlohmann::json toJson(const FoldReport& report);
 std::string toText(const FoldReport& report);
+/// The verdict lines of a verification (float64, the saved file in float64, float32, prediction
+/// flips), no newlines: the end of toText's report, and what the GUI's Fold panel lists.
+std::vector<std::string> verificationSummary(const Verification& v);
 
 inline constexpr const char* kFoldReportExtraFile = "foldnorm_fold_report.json";
 

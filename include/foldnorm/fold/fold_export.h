@@ -21,9 +21,11 @@
 // outputs and every untouched field stay as read; a changed tensor keeps its recorded device.
 //
 // Verification runs original and folded programs through the interpreter (torch/
-// export_interpreter.h) on the example inputs and random inputs from the spec, in float32 and on
-// float64 copies (the plan applied to float64 state, nothing rounded to float32), with the
-// FoldReport/Verification of the TorchScript fold.
+// export_interpreter.h) on the example inputs and random inputs from the spec, with the
+// FoldReport/Verification of the TorchScript fold: float32 (original vs folded), float64 (the
+// plan applied to float64 state, nothing rounded to float32: the verdict), saved-float64 (the
+// folded float32 state, the tensors saveFoldedExport writes, run in float64) and the prediction
+// flips of float32 outputs, each classed as within float32 rounding or not.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -57,6 +59,12 @@ struct FoldedExport {
 /// false. Throws std::logic_error when `model` is not a .pt2 import.
 FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options = {},
                         ExportRmsOp rmsOp = ExportRmsOp::Aten);
+
+/// Verifies `folded` (made from `model` by `analysis` with `rmsOp`) again: what foldExport does
+/// when options.verify is set, on folded.program and folded.state as they are now. Exposed so a
+/// fold changed after the fact can be checked (the tests perturb the saved state).
+Verification verifyExportFold(const ImportedModel& model, const AnalysisResult& analysis, const FoldedExport& folded,
+                              const FoldOptions& options = {}, ExportRmsOp rmsOp = ExportRmsOp::Aten);
 
 /// Writes the folded archive to `outPath` atomically (a temporary file in the output's
 /// directory, then a rename): every record of `original` that the fold did not change is copied
