@@ -388,10 +388,8 @@ T* sumRowsBuffer(int64_t n) {
   return buffer.data();
 }
 
-// Asks for the cache lines of chunk j of `row` in L2 (__builtin_prefetch locality 1: prefetcht2 on
-// x86), one request per 64-byte line, so a 32-byte chunk asks every other time. The loop that sums
-// a pair of rows prefetches the pair after it (rmsRowsPipelined), so those rows' loads from memory
-// are under way a whole pair ahead.
+// Asks for the lines of chunk j of `row` in L2 (__builtin_prefetch locality 1: prefetcht2 on x86),
+// once per 64-byte line (a 32-byte chunk every other time): rmsRowsPipelined's loops prefetch a pair ahead.
 template <typename T>
 inline void prefetchChunkAhead(const T* row, int64_t j) {
   constexpr int64_t kBytes = ChunkOf<T>::kSize * static_cast<int64_t>(sizeof(T));
@@ -415,6 +413,8 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   using Acc = typename C::Acc;
   using Params = ChunkParams<T, P, kWeight, kBias>;
   if (begin >= end) return;
+  // Rows under 4 KiB are not interleaved (why: norm_cpu_avx512.cpp's rmsRows).
+  const bool interleave = n * static_cast<int64_t>(sizeof(T)) >= 4096;
   const T* x = static_cast<const T*>(call.x);
   const T* res = static_cast<const T*>(call.residual);
   T* sum = static_cast<T*>(call.sum);
@@ -483,7 +483,7 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   };
   sumRows(begin, end - begin >= 2);
   for (int64_t row = begin; row < end; row += 2) {
-    if (row + 4 <= end) {
+    if (interleave && row + 4 <= end) {
       // Rows row, row + 1 written; row + 2, row + 3 summed; row + 4, row + 5 prefetched.
       const T* src0 = kAdd ? bufferOf(row) : x + row * n;
       const T* src1 = kAdd ? bufferOf(row + 1) : x + (row + 1) * n;
@@ -506,7 +506,7 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
       rstd[slot(row + 2)] = next0.rstd(vectorEnd, n, count, eps);
       rstd[slot(row + 3)] = next1.rstd(vectorEnd, n, count, eps);
     } else {
-      // The task's last one to three rows, unpipelined: at most once per task.
+      // Narrow rows, and the task's last one to three rows: unpipelined.
       writeAlone(row);
       if (row + 1 < end) writeAlone(row + 1);
       if (row + 2 < end) sumRows(row + 2, row + 3 < end);
