@@ -413,8 +413,6 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   using Acc = typename C::Acc;
   using Params = ChunkParams<T, P, kWeight, kBias>;
   if (begin >= end) return;
-  // Rows under 4 KiB are not interleaved (why: norm_cpu_avx512.cpp's rmsRows).
-  const bool interleave = n * static_cast<int64_t>(sizeof(T)) >= 4096;
   const T* x = static_cast<const T*>(call.x);
   const T* res = static_cast<const T*>(call.residual);
   T* sum = static_cast<T*>(call.sum);
@@ -425,6 +423,8 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   const int64_t vectorEnd = n - n % C::kSize;
   const Acc count = static_cast<Acc>(n);
   const Acc eps = static_cast<Acc>(call.eps);
+  // Rows under 4 KiB are not interleaved (why: norm_cpu_avx512.cpp's rmsRows).
+  const bool interleave = n * static_cast<int64_t>(sizeof(T)) >= 4096;
   T* buffers = kAdd ? sumRowsBuffer<T>(n) : nullptr;
   // Slot k % 4 of the buffer and of rstd holds the task's row k: a pair written, a pair summed.
   auto slot = [&](int64_t row) { return (row - begin) & 3; };
