@@ -1,4 +1,5 @@
-// The export corpus twins that fold beyond the paper (LayerScale: scaled centerings; BLOOM,
+// The export corpus twins that fold beyond the paper (LayerScale: scaled centerings, hf-beit's
+// export also writing in place through views; BLOOM,
 // SegFormer: inserted centerings; tests/fixtures/export_models.py) folded as .pt2 and verified by
 // the interpreter in float64, with the fold counts of their traced twins' TorchScript fold.
 #include <catch2/catch.hpp>
@@ -17,6 +18,13 @@ using foldnorm::test::fixturePath;
 
 namespace {
 
+std::size_t scaledActions(const AnalysisResult& r) {
+  std::size_t n = 0;
+  for (const auto& p : r.plan)
+    for (const auto& a : p.actions) n += a.scale != kNone;
+  return n;
+}
+
 bool beyondPaper(const AnalysisResult& r) {
   for (const auto& ic : r.insertions)
     if (ic.inserted) return true;
@@ -33,6 +41,7 @@ TEST_CASE("export corpus twins with scaled or inserted centerings fold and verif
   if (!in) return test::skipTest("no export fixtures (ctest fixture make_export_models)");
   const auto manifest = nlohmann::json::parse(in);
   std::size_t folded = 0, scaledModels = 0, insertedModels = 0;
+  bool sawBeit = false;
   for (const auto& [name, entry] : manifest.items()) {
     if (entry.contains("error") || entry.contains("twin_of")) continue;  // variants: the parity test
     auto model = importModel(fixturePath(name + ".pt2"));
@@ -57,9 +66,12 @@ TEST_CASE("export corpus twins with scaled or inserted centerings fold and verif
     auto tracedFold = foldModel(traced, tracedAnalysis, quick);
     CHECK(tracedFold.report.folded.size() == fold.report.folded.size());
     CHECK(tracedFold.report.inserted.size() == fold.report.inserted.size());
+    CHECK(scaledActions(tracedAnalysis) == scaledActions(analysis));
+    if (name == "hf-beit") sawBeit = true;  // writes in place through views: functionalized at import
     ++folded;
   }
-  CHECK(folded >= 3);
+  CHECK(folded >= 4);
+  CHECK(sawBeit);
   CHECK(scaledModels > 0);
   CHECK(insertedModels > 0);
 }
