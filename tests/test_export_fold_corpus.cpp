@@ -46,7 +46,8 @@ TEST_CASE("export corpus twins with scaled or inserted centerings fold and verif
     if (entry.contains("error") || entry.contains("twin_of")) continue;  // variants: the parity test
     auto model = importModel(fixturePath(name + ".pt2"));
     const auto analysis = analyzeFoldability(model.graph);
-    if (!beyondPaper(analysis)) continue;
+    // hf-beit's export writes in place through views (functionalized at import): folded whatever its plan.
+    if (!beyondPaper(analysis) && name != "hf-beit") continue;
     INFO(name);
     for (const auto& ic : analysis.insertions) insertedModels += ic.inserted;
     for (const auto& p : analysis.plan)
