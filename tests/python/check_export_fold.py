@@ -14,9 +14,6 @@ For every program of tests/fixtures/export_fold_models.py and both forms of the 
     centering, one foldnorm.add_rms_norm per fused add (the foldnorm form; none in the aten form);
     the LayerScale fixture folds every LN (scaled centerings), embed_ln inserts one centering;
   - the folded program still decomposes (run_decompositions) and runs.
-With --corpus, the same for exported corpus architectures (tests/fixtures/export_models.py, e.g.
-hf-beit, whose export writes in place through views): the reference is torch.export.load of the
-original on its example input and on that input rolled by one along the last axis.
 Exits 1 on any problem, naming each; 0 when all hold.
 """
 import argparse
@@ -80,29 +77,11 @@ def check_load(path, ref_path, op, library, fused=0, inserted=0):
     return problems
 
 
-def write_reference(pt2, ref_path):
-    """What the fixtures' .ref.pt holds, for an exported program: its outputs (torch.export.load)
-    on its example input and on that input rolled by one along the last axis."""
-    import torch
-    ep = torch.export.load(pt2)
-    args, kwargs = ep.example_inputs
-    m = ep.module()
-    inputs, outputs = [], []
-    with torch.no_grad():
-        for shift in (0, 1):
-            a = tuple(x.roll(shift, -1) for x in args)
-            k = {n: x.roll(shift, -1) for n, x in kwargs.items()}
-            inputs.append(torch.utils._pytree.tree_flatten((a, k))[0])
-            outputs.append(torch.utils._pytree.tree_flatten(m(*a, **k))[0])
-    torch.save({"inputs": inputs, "outputs": outputs}, ref_path)
-
-
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--foldnorm")
     p.add_argument("--ops")
     p.add_argument("--out")
-    p.add_argument("--corpus", nargs="*", default=[], help="exported corpus programs (.pt2) to round-trip too")
     p.add_argument("--load-check", nargs=5, metavar=("PT2", "REF", "OP", "FUSED", "INSERTED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.load_check:  # the child: load without the library
@@ -119,16 +98,6 @@ def main(argv):
         return 1
     names = [f[:-4] for f in sorted(os.listdir(src)) if f.endswith(".pt2")]
     problems, results = [], []
-    for path in a.corpus:
-        if not os.path.exists(path):
-            problems.append(f"{path}: no such exported corpus program (ctest fixture make_export_models)")
-            continue
-        name = os.path.basename(path)[:-4]
-        link = os.path.join(src, name + ".pt2")
-        if not os.path.exists(link):
-            os.symlink(os.path.abspath(path), link)
-        write_reference(path, os.path.join(src, name + ".ref.pt"))
-        names.append(name)
     for name in names:
         for op in ("aten", "foldnorm"):
             where = f"{name} ({op})"
