@@ -296,6 +296,28 @@ const std::vector<Row>& rows() {
             "  %h : Tensor = aten::constant_pad_nd(%y, %p, %z0)\n", "h", "mean-zero {2}", 0, "{1,2}", "passed {2}"},
     {"roll-flip", "  %d : int[] = prim::Constant[value=[1]]()\n  %h : Tensor = aten::flip(%y, %d)\n",
      "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    // ---- functional writes (a .pt2's in-place writes, functionalized by the importer) ----
+    // y[:, 0:2] = y[:, 0:2] along the non-mean-zero axis 1 keeps rows; along axis 2 it mixes them.
+    {"scatter", "  %s : Tensor = aten::slice(%y, %one, %zero, %two, %one)\n"
+                "  %h : Tensor = aten::slice_scatter(%y, %s, %one, %zero, %two, %one)\n", "h", "mean-zero {2}", 0, "{2}", "passed {2}"},
+    {"scatter", "  %s : Tensor = aten::slice(%y, %two, %zero, %two, %one)\n"
+                "  %h : Tensor = aten::slice_scatter(%y, %s, %two, %zero, %two, %one)\n", "h", "broken", 1, "{1,2}", "passed {1}"},
+    // the whole dim replaced: src alone (u's values are all overwritten)
+    {"scatter", "  %h : Tensor = aten::slice_scatter(%u, %y, %one, %none, %none, %one)\n", "h", "mean-zero {2}", 0, "{2}", "ignored"},
+    {"scatter", "  %r : Tensor = aten::select(%y, %one, %zero)\n  %h : Tensor = aten::select_scatter(%y, %r, %one, %two)\n",
+     "h", "mean-zero {2}", 1, "{1}", "passed {2}"},
+    {"scatter", "  %r : Tensor = aten::select(%y, %one, %zero)\n  %h : Tensor = aten::select_scatter(%u, %r, %one, %two)\n",
+     "h", "broken", 0, "{0,1,2}", "passed {0,2}"},
+    // the diagonal of axes 0 and 1 ([8, 2]: the features, then the diagonal) replaced by mean-zero rows
+    {"scatter", "  %r : Tensor = aten::select(%y, %one, %zero)\n  %dg : Tensor = aten::t(%r)\n"
+                "  %h : Tensor = aten::diagonal_scatter(%y, %dg, %zero, %zero, %one)\n", "h", "mean-zero {2}", 1, "{0}", "passed {2}"},
+    {"copy", "  %h : Tensor = aten::copy(%u, %y, %f)\n", "h", "mean-zero {2}", 1, "{2}", "passed {2}"},
+    {"copy", "  %d : int[] = prim::Constant[value=[1]]()\n  %m : Tensor = aten::mean(%y, %d, %t, %none)\n"
+             "  %h : Tensor = aten::copy(%u, %m, %f)\n", "h", "mean-zero {2}", 1, "{2}", "passed {1,2}"},
+    {"fill", "  %c : float = prim::Constant[value=0.5]()\n  %h : Tensor = aten::fill(%y, %c)\n", "h", "broken", 1, "{}", "passed {0,1,2}"},
+    {"fill", "  %h : Tensor = aten::zero(%y)\n", "h", "broken", 0, "{2}", "ignored"},
+    {"indexed-write", kRowIndex + kZeroIndex + "  %c : float = prim::Constant[value=0.5]()\n"
+                      "  %h : Tensor = aten::index_fill(%y, %one, %sz, %c)\n", "h", "broken", 0, "{2}", "unsafe"},
     {"reduce", "  %d : int[] = prim::Constant[value=[1]]()\n  %h : Tensor = aten::mean(%y, %d, %f, %none)\n",
      "h", "mean-zero {1}", 0, "{2}", "passed {1}"},
     // a dims list built in the graph from a size (x.shape[1] - 2 traced as aten::size) reads the

@@ -1,5 +1,7 @@
 // Centering and untie of the planned parameters of a .pt2 (see export_internal.h).
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "export_internal.h"
 #include "foldnorm/common/error.h"
@@ -107,18 +109,25 @@ void centerParameters(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
         graph["tensor_values"][inputName] = tensorMeta(value, old.value("requires_grad", false), old.at("device"));
         r.state[fqn] = value;
         r.added[fqn] = kind == "tensor_constant" || (kind == "buffer" && !s.value("persistent", true)) ? "constant" : kind;
+        // Inside higher-order ops' subgraphs (nested ones too) the node reads its subgraph's own
+        // input: at every level the centered copy enters as one more operand and subgraph input
+        // (once per op), bound to the input the original enters as.
+        std::map<std::pair<Location, std::string>, std::string> threaded;
         for (const auto& [read, consumer] : plan.coveredReads) {
           const auto& loc = edit.location(consumer);
-          if (loc.size() > 2) throw Error("cannot untie '" + param.path + "': a read inside nested higher-order ops");
-          // Inside a higher-order op's subgraph the node reads the subgraph's own input: the
-          // centered copy comes in through a new operand and input of its own.
-          auto innerRead = loc.size() > 1 ? subgraphInputFor(edit.node(Location{loc[0]}), g.value(read).name)
-                                          : g.value(read).name;
-          if (innerRead.empty())
-            throw std::logic_error("fold: '" + param.path + "' does not enter the subgraph that reads it");
-          auto inner = loc.size() > 1 ? threadIntoSubgraph(edit, Location{loc[0]}, inputName) : inputName;
+          std::string original = g.value(read).name, copy = inputName;
+          for (std::size_t depth = 1; depth < loc.size(); ++depth) {
+            const Location hopLoc(loc.begin(), loc.begin() + static_cast<std::ptrdiff_t>(depth));
+            auto innerRead = subgraphInputFor(edit.node(hopLoc), original);
+            if (innerRead.empty())
+              throw std::logic_error("fold: '" + param.path + "' does not enter the subgraph that reads it");
+            auto& inner = threaded[{hopLoc, copy}];
+            if (inner.empty()) inner = threadIntoSubgraph(edit, hopLoc, copy);
+            original = innerRead;
+            copy = inner;
+          }
           bool renamed = false;
-          for (auto& in : edit.node(loc).at("inputs")) renamed = renameTensor(in.at("arg"), innerRead, inner) || renamed;
+          for (auto& in : edit.node(loc).at("inputs")) renamed = renameTensor(in.at("arg"), original, copy) || renamed;
           if (!renamed)
             throw std::logic_error("fold: node " + g.describeNode(consumer) + " does not read '" + param.path + "'");
         }

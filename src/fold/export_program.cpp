@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "export_internal.h"
+#include "foldnorm/common/error.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/torch/export_interpreter.h"
 
@@ -128,6 +129,11 @@ bool ProgramEdit::hasLocation(NodeId id) const {
 }
 
 const Location& ProgramEdit::location(NodeId id) const {
+  const auto& standsFor = model.exported->standsFor;
+  if (id < standsFor.size() && standsFor[id] != kNone)
+    throw Error("the fold cannot edit " + model.graph.describeNode(id) + ": the importer made it to follow node '" +
+                model.exported->nodeName[standsFor[id]] + "', which writes in place through a view, and the program "
+                "has no node for it");
   if (!hasLocation(id))
     throw std::logic_error("fold: node " + model.graph.describeNode(id) + " is not a node of the program");
   return model.exported->nodeLocation[id];

@@ -47,6 +47,21 @@ void redirectLaterReads(json& graph, std::size_t first, bool isSubgraph, const s
   }
 }
 
+/// An insertion after a write through a view renames the later reads of the base; a later read
+/// of another name for its storage (a view made before the write) would still read the
+/// uncentered storage, which the analysis took to be centered.
+void checkNoAliasReadLater(const json& graph, std::size_t first, const ExportModel::BaseAfterWrite& written,
+                           const std::string& where) {
+  const auto& nodes = graph.at("nodes");
+  for (const auto& alias : written.aliases)
+    for (std::size_t i = first; i < nodes.size(); ++i)
+      for (const auto& in : nodes[i].at("inputs"))
+        if (readsTensor(in.at("arg"), alias))
+          throw Error("cannot insert a centering at " + where + ": node '" + nodes[i].value("name", "") +
+                      "' reads '" + alias + "', a view of '" + written.base + "' made before the write, which the "
+                      "inserted centering would not reach");
+}
+
 }  // namespace
 
 void insertCenterings(ProgramEdit& edit, const AnalysisResult& analysis, FoldReport* report) {
@@ -56,14 +71,23 @@ void insertCenterings(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
     const auto& v = g.value(ic.value);
     const auto where = describeInsertion(g, ic);
     const NodeId producer = v.producer;
-    const bool atFront = !edit.hasLocation(producer);  // a user input or a lifted parameter input
-    Location loc = atFront ? Location{} : edit.location(producer);
-    if (!atFront && mutatesArgument(edit.node(loc)))
+    // A base's value after a write through a view (functionalization) is the program's base
+    // tensor right after the in-place node.
+    const auto& afterWrite = edit.model.exported->baseAfterWrite;
+    const auto written = afterWrite.find(ic.value);
+    const bool atFront = written == afterWrite.end() && !edit.hasLocation(producer);  // an input
+    Location loc = atFront ? Location{} : edit.location(written != afterWrite.end() ? written->second.write : producer);
+    if (!atFront && written == afterWrite.end() && mutatesArgument(edit.node(loc)))
       throw Error("cannot insert a centering after " + g.describeNode(producer) + ": an in-place op's result");
     json& holder = atFront ? edit.graph() : edit.graphHolding(loc);
-    const auto x = v.name;
-    if (!holder.at("tensor_values").contains(x))
+    const auto x = written != afterWrite.end() ? written->second.base : v.name;
+    if (written != afterWrite.end()) checkNoAliasReadLater(holder, loc.back() + 1, written->second, where);
+    if (!holder.at("tensor_values").contains(x)) {
+      if (written != afterWrite.end())
+        throw Error("cannot insert a centering at " + where + ": the written tensor '" + x +
+                    "' is not a tensor of the subgraph holding the write");
       throw std::logic_error("fold: the insertion point '" + x + "' is not a tensor of the program");
+    }
     const json meta = holder.at("tensor_values").at(x);
     const auto meanName = edit.names.fresh(x + "_mean"), centered = edit.names.fresh(x + "_centered");
     redirectLaterReads(holder, atFront ? 0 : loc.back() + 1, loc.size() > 1, x, centered, g.describeNode(producer));

@@ -292,6 +292,17 @@ class GraphCompiler {
       bindAll();
       return step;
     }
+    if (target == "torch.ops.higher_order.wrap_with_autocast") {
+      // (device_type, dtype, enabled, cache_enabled, subgraph, operands...): a disabled region
+      // computes as its subgraph says (the importer refuses enabled ones), like a grad region.
+      step.kind = Step::SetGradSubgraph;
+      if (inputs.size() < 5 || !inputs[4].at("arg").contains("as_graph") || inputs[2].at("arg").value("as_bool", true))
+        throw Error(step.description + ": only a disabled autocast region (enabled=False) runs here");
+      step.subgraph = GraphCompiler(inputs[4].at("arg").at("as_graph").at("graph"), options_).compile();
+      positional(5);
+      bindAll();
+      return step;
+    }
     auto name = dispatcherName(target);
     if (!name) throw Error(step.description + ": the interpreter cannot run this target");
     auto handle = c10::Dispatcher::singleton().findSchema({name->first, name->second});

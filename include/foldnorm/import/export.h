@@ -12,8 +12,15 @@
 //     "aten::linear") whose inputs follow the op's schema (omitted arguments filled from its
 //     defaults), every constant argument a prim::Constant node, every tensor list a
 //     prim::ListConstruct and a Tensor[] result a prim::ListUnpack, as TorchScript has them;
-//   - in-place ops (add_, masked_fill_) produce a new value that later readers of the mutated
-//     tensor read instead; a write through a view whose base is read later is refused;
+//   - functional, as torch's functionalization writes a program: an in-place op (add_, copy_,
+//     masked_fill_) is its out-of-place op ("aten::add", "aten::copy") producing a new value that
+//     later readers of the mutated tensor read instead; a write through a view (slice, select,
+//     diagonal, as_strided, view/reshape, transpose/permute, unsqueeze/squeeze, alias, chains of
+//     them) gives the base a new value made by nodes the importer adds (slice_scatter,
+//     select_scatter, diagonal_scatter, as_strided_scatter, or the view's inverse for a reshape or a
+//     permutation), and a later read of the base or of any other view of its storage reads that
+//     value (a view replayed on it). A write that cannot be written back (through expand, an
+//     element of split/unbind) is refused in one line when its storage is read later;
 //   - symbolic sizes take their recorded example value (the hint); shapes come from the file
 //     (tensor_values), no recording run;
 //   - higher-order ops that only set a mode (wrap_with_set_grad_enabled, a disabled
@@ -21,6 +28,7 @@
 //   - _assert_* nodes (no outputs, no effect on values) are left out of the Graph.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +53,19 @@ struct ExportModel {
   std::vector<std::string> nodeName;
   /// ParamId i is archive->tensors[i]; per parameter, the placeholders that read it.
   std::vector<std::vector<std::string>> placeholders;
+  /// Per Graph node: for a node the importer made to functionalize an in-place write (a scatter
+  /// giving the base its new value, a view's inverse, a view replayed on a newer value), the
+  /// Graph node of the program's in-place op it stands for; kNone for every other node.
+  std::vector<NodeId> standsFor;
+  /// The values functionalization gave a storage's root: after the program's in-place node
+  /// `write` (a Graph node with a location), the program's tensor `base` holds this value;
+  /// `aliases` are the program's other names for (views of) the same storage.
+  struct BaseAfterWrite {
+    NodeId write = kNone;
+    std::string base;
+    std::vector<std::string> aliases;
+  };
+  std::map<ValueId, BaseAfterWrite> baseAfterWrite;
 };
 
 /// Reads the archive (readExportArchive: one clear line for what is not a readable 2.9+ .pt2)

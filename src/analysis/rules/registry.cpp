@@ -18,6 +18,7 @@ std::vector<Rule> makeRegistry() {
   rules::addAxisRules(r);
   rules::addAxisSumRules(r);
   rules::addAxisSpatialRules(r);
+  rules::addScatterRules(r);  // functional writes (the .pt2 importer's functionalized in-place ops)
   rules::addAbsorberRules(r);
   rules::addShapeOnlyRules(r);
   rules::addBreakerRules(r);

@@ -48,6 +48,7 @@ void addPreservingRules(std::vector<Rule>& rules);
 void addAxisRules(std::vector<Rule>& rules);     // layout (axis.cpp)
 void addAxisSumRules(std::vector<Rule>& rules);  // sums over other axes (axis_sums.cpp)
 void addAxisSpatialRules(std::vector<Rule>& rules);  // pooling, shuffles (axis_spatial.cpp)
+void addScatterRules(std::vector<Rule>& rules);  // functional writes (scatter.cpp)
 void addAbsorberRules(std::vector<Rule>& rules);
 void addShapeOnlyRules(std::vector<Rule>& rules);
 void addBreakerRules(std::vector<Rule>& rules);

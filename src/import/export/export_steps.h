@@ -3,6 +3,7 @@
 //   archive.cpp   the .pt2 zip: layout checks, JSON, weights/constants as tensors, example inputs
 //   values.cpp    the schema's JSON encodings: TensorMeta, SymInt, enums -> our types
 //   importer.cpp  ExportedProgram -> Graph (nodes in order, arguments bound by the op schema)
+//   functionalize.cpp  in-place writes (through views too) as functional values
 //   dispatch.cpp  importModel: .pt2 or TorchScript by content
 #pragma once
 

@@ -89,6 +89,7 @@ NodeId ProgramImporter::addNode(const std::string& kind, const std::vector<std::
   g_.node(id).origin = location.empty() ? kNone : location.front();
   model_.nodeLocation.push_back(location);
   model_.nodeName.push_back(name);
+  model_.standsFor.push_back(kNone);
   auto module = metadata ? moduleOf(*metadata) : std::string{};
   std::size_t site = kNone;
   if (metadata && metadata->contains("nn_module_stack"))
@@ -109,10 +110,8 @@ ValueId ProgramImporter::constant(ConstantValue c, ValueKind kind, const std::st
 ValueId ProgramImporter::tensorRef(const std::string& name, const std::string& where) {
   auto it = scope_.find(name);
   if (it == scope_.end()) throw Error(where + " reads '" + name + "', which no earlier node produces (a damaged program?)");
-  if (poisoned_.count(it->second))
-    throw Error("unsupported program: " + where + " reads '" + name + "' after " + poisoned_[it->second] +
-                "; foldnorm does not follow writes through views");
-  return it->second;
+  // A value whose storage was written since it was made reads the storage's newest value.
+  return it->second = current(it->second, name, where);
 }
 
 void ProgramImporter::setTensorInfo(ValueId v, const std::string& name, const json& graph) {

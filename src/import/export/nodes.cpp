@@ -132,11 +132,12 @@ void ProgramImporter::node(const json& n, const json& graph, const std::vector<s
   if (isAssertion(t) && field(n, "outputs", "node").empty()) return;
   const auto handle = c10::Dispatcher::singleton().findSchema(
       c10::OperatorName(t.kind(), t.overload == "default" ? "" : t.overload));
-  opNode(n, graph, location, t.kind(), handle ? &handle->schema() : nullptr);
+  opNode(n, graph, location, t.kind(), handle ? &*handle : nullptr);
 }
 
 void ProgramImporter::opNode(const json& n, const json& graph, const std::vector<std::size_t>& location,
-                             const std::string& kind, const c10::FunctionSchema* schema) {
+                             const std::string& kind, const c10::OperatorHandle* op) {
+  const c10::FunctionSchema* schema = op ? &op->schema() : nullptr;
   const auto& outputs = field(n, "outputs", "a node");
   std::string name = n.value("name", std::string{});
   if (name.empty() && !outputs.empty() && outputs[0].contains("as_tensor"))
@@ -170,28 +171,35 @@ void ProgramImporter::opNode(const json& n, const json& graph, const std::vector
   std::vector<ValueId> produced;
   addOutputs(id, outputs, name, graph, produced);
   if (!schema) return;
-  const auto& self = g_.node(id).inputs.empty() ? kNone : g_.node(id).inputs[0];
+  const auto self = g_.node(id).inputs.empty() ? kNone : g_.node(id).inputs[0];
   if (inPlace && !produced.empty() && g_.value(produced[0]).kind == ValueKind::Tensor) {
-    // The program keeps reading the mutated tensor by its old name; in our Graph those reads see
-    // the op's result. A write through a view also changes its base: a later read of the base is
-    // refused (tensorRef), as the Graph cannot say what it holds.
-    for (auto& entry : scope_)
-      if (entry.second == self) entry.second = produced[0];
-    for (auto b = viewBase_.find(self); b != viewBase_.end(); b = viewBase_.find(b->second))
-      poisoned_[b->second] = where + " wrote into a view of it";
+    // The Graph is functional: the op is its out-of-place form (add_ -> add, copy_ -> copy),
+    // as torch's functionalization writes it, where the dispatcher has one.
+    auto functional = kind.substr(0, kind.size() - 1);
+    if (kind.back() == '_' && c10::Dispatcher::singleton().findSchema(c10::OperatorName(functional, schema->overload_name())))
+      g_.node(id).kind = functional;
+    inPlaceWrite(id, self, produced[0], op->hasTag(at::Tag::inplace_view), where);
     return;
   }
-  // Views (a result aliasing an argument without writing it) remember their base.
+  // Views (a result aliasing an argument without writing it) join their argument's storage.
   const auto& returns = schema->returns();
   for (std::size_t r = 0; r < returns.size() && r < produced.size(); ++r) {
     const auto* alias = returns[r].alias_info();
-    if (!alias || alias->isWrite() || g_.value(produced[r]).kind != ValueKind::Tensor) continue;
+    if (!alias || alias->isWrite()) continue;
     for (std::size_t a = 0; a < schema->arguments().size(); ++a) {
       const auto* argAlias = schema->arguments()[a].alias_info();
-      if (argAlias && argAlias->beforeSets() == alias->beforeSets()) {
-        viewBase_[produced[r]] = g_.node(id).inputs[a];
-        break;
+      if (!argAlias || argAlias->beforeSets() != alias->beforeSets()) continue;
+      const auto base = g_.node(id).inputs[a];
+      if (g_.value(produced[r]).kind == ValueKind::Tensor) {
+        viewCreated(id, produced[r], base, n, graph, schema->arguments()[a].name(), where);
+      } else if (g_.value(produced[r]).kind == ValueKind::TensorList) {
+        // split/unbind/chunk: every element a view, neither replayed nor written back.
+        auto& b = aliasOf(base);
+        Alias element{b.storage, b.chain, b.version, base};
+        element.chain.push_back(ViewStep{id, kind, false, "an element of " + kind + "'s results"});
+        for (std::size_t e = r + 1; e < produced.size(); ++e) alias_[produced[e]] = element;
       }
+      break;
     }
   }
 }

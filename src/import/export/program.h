@@ -2,6 +2,7 @@
 // graph (and the subgraphs of inlined higher-order ops) into our Graph.
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
 
 #include <map>
@@ -47,10 +48,43 @@ class ProgramImporter {
   void nodes(const nlohmann::json& graph, const std::vector<std::size_t>& prefix);
   void node(const nlohmann::json& n, const nlohmann::json& graph, const std::vector<std::size_t>& location);
   void opNode(const nlohmann::json& n, const nlohmann::json& graph, const std::vector<std::size_t>& location,
-              const std::string& kind, const c10::FunctionSchema* schema);
+              const std::string& kind, const c10::OperatorHandle* op);
   void higherOrder(const nlohmann::json& n, const std::string& op, const std::vector<std::size_t>& location);
   void normalizeLayerNorms();
   void scalarNode(const nlohmann::json& n, const nlohmann::json& graph, const std::vector<std::size_t>& location);
+
+  // Functionalization (functionalize.cpp): every tensor value belongs to a storage, as a view
+  // chain from the storage's root; an in-place write gives the storage a new value (the root
+  // with the written region replaced: scatter nodes the importer makes), and a later read of a
+  // value of an older version reads the view chain replayed on the new value.
+  struct ViewStep {
+    NodeId node = kNone;      // the program's view node (or the importer's replay of it)
+    std::string kind;         // its functional op ("aten::unsqueeze" for unsqueeze_)
+    bool replayable = true;   // false for an element of a multi-output view (split, unbind)
+    std::string noInverse;    // why a write through it cannot be written back; "" when it can
+  };
+  struct Alias {
+    std::size_t storage = 0;
+    std::vector<ViewStep> chain;  // from the storage's root
+    int version = 0;              // the storage version the value holds
+    ValueId parent = kNone;       // the value it is a view of (same version), kNone at the root
+  };
+  struct Storage {
+    ValueId current = kNone;  // the root's value at the latest version
+    int version = 0;
+    std::string name;         // the root's name in the program
+    NodeId lastWrite = kNone;
+    std::string poisoned;     // a write that could not be written back: what it was
+  };
+  Alias& aliasOf(ValueId v);
+  /// `v`, or (when its storage was written since) its view chain replayed on the newest value.
+  ValueId current(ValueId v, const std::string& name, const std::string& where);
+  void viewCreated(NodeId id, ValueId view, ValueId base, const nlohmann::json& n, const nlohmann::json& graph,
+                   const std::string& baseArgName, const std::string& where);
+  void inPlaceWrite(NodeId id, ValueId self, ValueId result, bool metadataOnly, const std::string& where);
+  ValueId replay(const ViewStep& step, ValueId base, const std::string& name, NodeId standsFor);
+  std::optional<ValueId> writeBack(const ViewStep& step, ValueId base, ValueId src, NodeId write, std::string& why);
+  NodeId syntheticNode(const std::string& kind, NodeId standsFor);
 
   const ExportArchive& archive_;
   Graph& g_;
@@ -58,8 +92,8 @@ class ProgramImporter {
   ModuleEvidence evidence_;
   std::map<std::string, std::size_t> callSites_;  // one per module path of nn_module_stack
   std::map<std::string, ValueId> scope_;           // value names of the graph being walked
-  std::map<ValueId, std::string> poisoned_;        // bases written through a view: what wrote them
-  std::map<ValueId, ValueId> viewBase_;            // a view's output -> the tensor it aliases
+  std::map<ValueId, Alias> alias_;
+  std::vector<Storage> storages_;
 };
 
 }  // namespace foldnorm::export_detail
