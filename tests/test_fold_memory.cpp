@@ -217,17 +217,18 @@ TEST_CASE("a fold's peak resident memory stays within a small multiple of the mo
                            "verify: set 2/2: float64 (original, plan)", "verify: set 2/2: float64 (saved file)", "save"})
     CHECK(std::find(names.begin(), names.end(), step) != names.end());
   for (const auto& s : r.steps) CHECK(s.peak >= s.after - 64 * 1024 * 1024);
-  // The goal (issue 16) is the whole fold within 2.5x the model's bytes: GPT-2 XL measured 2.11x,
-  // GPT-2 medium 2.64x. On this 50 MiB model the peaks are dominated by transients (float64
-  // temporaries of one 8 MiB weight, glibc arenas of two OpenMP threads): ten runs on a quiet
-  // machine gave 2.40x-3.74x for the same code, so a peak bound tight enough to matter would be
-  // flaky. What a regression would change is what the fold *holds*: the model plus its planned
-  // tensors in float64 (about 1.7x here); one more full float64 copy of the model would add 2x.
-  // So: what each step leaves resident <= 2.5x, and the peak within the old bound (4.5x; 5.0x
-  // before per-read upcasts).
+  // The goal (issue 16) is the whole fold within 2.5x the model's bytes: here 1.98x-2.14x in
+  // three runs on the loaded machine (GPT-2 medium 2.03x). On a 50 MiB model the peaks carry
+  // transients that a large one does not (float64 temporaries of one 8 MiB weight, glibc arenas
+  // of two OpenMP threads: before this change identical quiet runs ranged 2.40x-3.74x), so the
+  // peak bound leaves room: 3.0x. What a regression would change is what the fold *holds*: the
+  // model plus its planned tensors in float32 (each step leaves at most 1.27x resident here).
+  // One more full copy of the model (+1x), or the planned tensors held in float64 through the
+  // check as before (+0.96x), fails the 1.75x bound; a whole extra copy made for a moment (an
+  // in-memory archive at the save) fails the peak bound.
   for (const auto& s : r.steps) {
     INFO(s.name);
-    CHECK(static_cast<double>(s.after - r.baseline) / static_cast<double>(r.modelBytes) <= 2.5);
+    CHECK(static_cast<double>(s.after - r.baseline) / static_cast<double>(r.modelBytes) <= 1.75);
   }
-  CHECK(r.peakRatio() <= 4.5);
+  CHECK(r.peakRatio() <= 3.0);
 }
