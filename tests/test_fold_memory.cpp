@@ -1,12 +1,16 @@
 // The fold's memory (issue 16, item 3): each step's peak resident size over the model's bytes,
 // from the same measurement as docs/performance.md's table (analyses/fold_memory.cpp).
+#include <ATen/CPUGeneratorImpl.h>
 #include <catch2/catch.hpp>
+
+#include <cmath>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/fold/fold_support.h"
 #include "foldnorm/fold/fold_memory.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
@@ -73,10 +77,10 @@ int64_t ownBytes(const torch::jit::Module& m, const torch::jit::Module& original
 
 }  // namespace
 
-TEST_CASE("a fold made in float64 for its check saves the bits a float32 fold writes, sharing the rest",
-          "[fold][memory]") {
-  // The verified fold is centred in float64 (it is the float64 plan the check runs) and rounded
-  // after the check; an unverified fold is centred and rounded at once. Both must be one fold.
+TEST_CASE("a verified fold holds its centred tensors once, in the model's dtype, and saves the bits an unverified fold "
+          "writes", "[fold][memory]") {
+  // The check's float64 plan centres the original tensors again at each read (no float64 copy
+  // of the planned tensors is made); the fold itself is the one an unverified fold makes.
   test::ScratchDir dir("foldnorm-memory");
   auto path = (dir.path / "gpt2.pt").string();
   ZooBuildOptions zo;
@@ -93,7 +97,7 @@ TEST_CASE("a fold made in float64 for its check saves the bits a float32 fold wr
   const auto& v = a.report.verification;
   CHECK(v.float64Equivalent);
   CHECK(v.worstRelative64 < 1e-12);
-  CHECK(std::any_of(steps.begin(), steps.end(), [](const auto& l) { return l.rfind("rounding the fold's", 0) == 0; }));
+  CHECK(std::any_of(steps.begin(), steps.end(), [](const auto& l) { return l.rfind("verifying on input set", 0) == 0; }));
   auto kinds = [](const std::shared_ptr<torch::jit::Graph>& g) {
     std::vector<std::string> out;  // the node kinds in order (the types' mangled names differ per clone)
     for (auto* n : g->nodes()) out.push_back(n->kind().toQualString());
@@ -116,11 +120,44 @@ TEST_CASE("a fold made in float64 for its check saves the bits a float32 fold wr
   int64_t modelBytes = 0;
   for (const auto& [name, t] : namedTensors(original)) modelBytes += static_cast<int64_t>(t.nbytes());
   CHECK(ownBytes(a.torch->module, original) < modelBytes);
-  // The saved fold in float64 sees what the check saw (the saved-file figure is its own).
+  // The same fold checked with the plan made again on a float64 clone (verifyFold: it has no
+  // record of what was centred): the same float32 and saved-file figures (the same tensors and
+  // runs), and the same float64 plan up to float64 rounding.
   auto c = verifyFold(model, analysis, b, verified);
   CHECK(c.worstRelativeSaved64 == v.worstRelativeSaved64);
   CHECK(c.worstRelative32 == v.worstRelative32);
-  CHECK(c.worstRelative64 == v.worstRelative64);
+  CHECK(c.float64Equivalent);
+  CHECK(std::abs(c.worstRelative64 - v.worstRelative64) < 1e-14);
+}
+
+TEST_CASE("centering in slices of rows equals centering the whole tensor in float64, rounded once", "[fold][memory]") {
+  // 4100 x 600 float32: 19.7 MB in float64, more than one slice (16 MiB), and a last slice of
+  // its own size. Along the last axis (slices of rows) and the first (slices of columns).
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto t = (at::randn({4100, 600}, gen, at::kDouble) * 3 + 0.25).to(at::kFloat);
+  for (int64_t axis : {1, 0}) {
+    INFO("axis " << axis);
+    CenterAction a;
+    a.axis = axis;
+    auto x = t.to(at::kDouble);
+    auto whole = (x - x.mean(axis, /*keepdim=*/true)).to(at::kFloat);
+    auto sliced = centeredCopy(t, {a});
+    CHECK(sliced.is_contiguous());
+    CHECK(sliced.scalar_type() == at::kFloat);
+    // Each row's float64 sum is one reduction either way; a difference would be a rounding of
+    // the float64 mean, far below float32's: both round to the same float32 but at ties.
+    CHECK((sliced.to(at::kDouble) - whole.to(at::kDouble)).abs().max().item<double>() <=
+          std::ldexp(1.0, -22) * t.abs().max().item<double>());
+    CHECK(sliced.to(at::kDouble).mean(axis).abs().max().item<double>() < 1e-6);
+    CHECK_FALSE(t.equal(sliced));
+  }
+  // Groups along the centred axis, on a tensor small enough for one slice.
+  CenterAction g;
+  g.axis = 1;
+  g.groups = 4;
+  auto small = t.narrow(0, 0, 8).contiguous();
+  auto grouped = centeredCopy(small, {g}).to(at::kDouble).view({8, 4, 150});
+  CHECK(grouped.mean(-1).abs().max().item<double>() < 1e-6);
 }
 
 TEST_CASE("runs keep no autograd history: outputs hold no forward alive", "[fold][memory]") {
@@ -176,21 +213,22 @@ TEST_CASE("a fold's peak resident memory stays within a small multiple of the mo
   for (const auto& s : r.steps) names.push_back(s.name);
   for (const char* step : {"import: read and load the file", "import: load, inline, mirror", "import: shape recording run",
                            "analysis", "fold: copy of the model", "fold: apply the plan",
-                           "verify: prepare the float64 runs", "verify: runs (float32, float64, saved file in float64)",
-                           "fold: round the float64 fold to the model's dtype", "save"})
+                           "verify: prepare the float64 runs", "verify: set 1/2: float32 (original, folded)",
+                           "verify: set 2/2: float64 (original, plan)", "verify: set 2/2: float64 (saved file)", "save"})
     CHECK(std::find(names.begin(), names.end(), step) != names.end());
   for (const auto& s : r.steps) CHECK(s.peak >= s.after - 64 * 1024 * 1024);
-  // The goal (issue 16) is the whole fold within 2.5x the model's bytes: GPT-2 XL measured 2.11x,
-  // GPT-2 medium 2.64x. On this 50 MiB model the peaks are dominated by transients (float64
-  // temporaries of one 8 MiB weight, glibc arenas of two OpenMP threads): ten runs on a quiet
-  // machine gave 2.40x-3.74x for the same code, so a peak bound tight enough to matter would be
-  // flaky. What a regression would change is what the fold *holds*: the model plus its planned
-  // tensors in float64 (about 1.7x here); one more full float64 copy of the model would add 2x.
-  // So: what each step leaves resident <= 2.5x, and the peak within the old bound (4.5x; 5.0x
-  // before per-read upcasts).
+  // The goal (issue 16) is the whole fold within 2.5x the model's bytes: here 1.98x-2.14x in
+  // three runs on the loaded machine (GPT-2 medium 2.03x). On a 50 MiB model the peaks carry
+  // transients that a large one does not (float64 temporaries of one 8 MiB weight, glibc arenas
+  // of two OpenMP threads: before this change identical quiet runs ranged 2.40x-3.74x), so the
+  // peak bound leaves room: 3.0x. What a regression would change is what the fold *holds*: the
+  // model plus its planned tensors in float32 (each step leaves at most 1.27x resident here).
+  // One more full copy of the model (+1x), or the planned tensors held in float64 through the
+  // check as before (+0.96x), fails the 1.75x bound; a whole extra copy made for a moment (an
+  // in-memory archive at the save) fails the peak bound.
   for (const auto& s : r.steps) {
     INFO(s.name);
-    CHECK(static_cast<double>(s.after - r.baseline) / static_cast<double>(r.modelBytes) <= 2.5);
+    CHECK(static_cast<double>(s.after - r.baseline) / static_cast<double>(r.modelBytes) <= 1.75);
   }
-  CHECK(r.peakRatio() <= 4.5);
+  CHECK(r.peakRatio() <= 3.0);
 }

@@ -63,7 +63,8 @@ std::string sanitized(const std::string& path) {
 /// It executes the analysis' plan as it stands: the untie mode and the covered reads were
 /// decided there (ParameterPlan); nothing is re-derived here.
 void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, GraphTables& tables,
-                      const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report) {
+                      const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report,
+                      std::vector<CenteredTensor>* centered) {
   const Graph& g = model.graph;
   at::NoGradGuard noGrad;
   ScaleLookup scaleOf = [&](ParamId p) {
@@ -79,7 +80,9 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
     const auto& param = g.parameter(plan.param);
     if (param.isConstant) {
       auto* constant = tables.nodes.at(g.node(g.value(param.reads.at(0)).producer).origin);
-      auto value = centeredCopy(constant->t(c10::attr::value), plan.actions, scaleOf);
+      const auto before = constant->t(c10::attr::value);  // the original's: t_ below replaces, never writes
+      auto value = centeredCopy(before, plan.actions, scaleOf);
+      if (centered) centered->push_back({before, value, plan.actions, centeringScales(plan.actions, scaleOf)});
       if (plan.untieMode != UntieMode::RedirectReads) {
         constant->t_(c10::attr::value, value);
       } else {
@@ -94,6 +97,10 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
       auto original = owner.attr(name).toTensor();
       auto value = centeredCopy(original, plan.actions, scaleOf);
       value.set_requires_grad(original.requires_grad());
+      if (centered)  // InPlace writes into the clone's copy: `original` then holds the centred values
+        centered->push_back({model.torch->parameterTensors.at(plan.param),
+                             plan.untieMode == UntieMode::InPlace ? original : value, plan.actions,
+                             centeringScales(plan.actions, scaleOf)});
       switch (plan.untieMode) {
         case UntieMode::InPlace:
           original.detach().copy_(value);  // names sharing this storage are all centered
@@ -153,10 +160,11 @@ void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTable
 }
 
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
-               const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report) {
+               const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report,
+               std::vector<CenteredTensor>* centered) {
   auto tables = tablesFor(graph, *model.torch);
   at::NoGradGuard noGrad;
-  centerParameters(m, graph, tables, model, analysis, report);
+  centerParameters(m, graph, tables, model, analysis, report, centered);
   // Before the LN rewrite: an insertion may follow an LN node, which the rewrite destroys.
   insertCenterings(graph, tables, model, analysis, report);
   replaceLayerNorms(graph, tables, model, analysis, options.rmsOp, report);

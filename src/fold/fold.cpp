@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "foldnorm/common/error.h"
@@ -16,20 +17,6 @@ namespace foldnorm {
 
 using fold_detail::strf;
 namespace jit = torch::jit;
-
-namespace {
-
-/// The floating dtype every planned tensor has, if they share one.
-std::optional<at::ScalarType> plannedDtype(const std::vector<at::Tensor>& planned) {
-  std::optional<at::ScalarType> dtype;
-  for (const auto& t : planned) {
-    if (!t.defined() || !t.is_floating_point() || (dtype && *dtype != t.scalar_type())) return std::nullopt;
-    dtype = t.scalar_type();
-  }
-  return dtype;
-}
-
-}  // namespace
 
 FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
   if (!model.torch)
@@ -43,36 +30,29 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
   // So the folded model's unplanned tensors ARE the original's: replace them, never write into them.
   std::vector<at::Tensor> planned;
   for (const auto& plan : analysis.plan) planned.push_back(model.torch->parameterTensors.at(plan.param));
-  // Verified on the CPU, the fold is made in float64 and is itself the float64 plan the check
-  // needs; rounded to the model's dtype after the check, it is the float32 fold (centeredCopy
-  // computes in float64 and rounds once, so the bits are those a float32 fold writes). One copy
-  // of the planned tensors in float64 instead of that copy plus one in float32: about half the
-  // model less at the peak. Needs one dtype for all planned tensors (what they round back to).
-  const auto dtype = plannedDtype(planned);
-  const bool held64 = options.verify && options.device != "cuda" && dtype;
-  auto m = cloneSharing(model.torch->module, planned, {held64 ? std::optional(at::kDouble) : std::nullopt, c10::kCPU});
+  auto m = cloneSharing(model.torch->module, planned, {std::nullopt, c10::kCPU});
   auto graph = inlineForwardInPlace(m);
   FoldedModel result;
   result.report.input = model.path;
   progress(strf("centering %zu parameter(s), replacing %zu LayerNorm(s)", analysis.plan.size(),
                 analysis.foldableCount()));
-  fold_detail::applyPlan(m, graph, model, analysis, options, &result.report);
-  shareUnchanged(m, model.torch->module);
-  if (held64) {
-    // The fold's own tensors: the planned copies and what the plan registered (untied copies).
-    ReadRounding own{tensorStorages(m), *dtype};
-    for (const auto* shared : tensorStorages(model.torch->module)) own.storages.erase(shared);
-    result.report.verification = fold_detail::verify(model, analysis, m, graph, options, &own);
-    progress(strf("rounding the fold's %zu own tensor(s) to %s", own.storages.size(), dtypeName(*dtype).c_str()));
-    if (*dtype != at::kDouble) retargetStorages(m, own.storages, {*dtype, c10::kCPU});
-  }
+  // What was centred, for the check: its float64 plan centres the originals again at each read
+  // (verify), so the fold holds its planned tensors once, in the model's dtype, and no float64
+  // copy of them ever exists whole.
+  std::vector<fold_detail::CenteredTensor> centered;
+  fold_detail::applyPlan(m, graph, model, analysis, options, &result.report, &centered);
+  // A centred tensor stays the fold's own even where rounding gave back the original's bits:
+  // the check reads it as the original centred in float64, which is not the original.
+  std::set<const void*> own;
+  for (const auto& c : centered)
+    if (c.centered.has_storage()) own.insert(c.centered.storage().unsafeGetStorageImpl());
+  shareUnchanged(m, model.torch->module, own);
+  if (options.verify) result.report.verification = fold_detail::verify(model, analysis, m, graph, options, &centered);
   auto tm = std::make_shared<TorchModel>();
   tm->module = m;
   tm->graph = graph;
   tm->exampleInputs = model.torch->exampleInputs;
   result.torch = tm;
-  if (options.verify && !held64)
-    result.report.verification = fold_detail::verify(model, analysis, m, graph, options);
   return result;
 }
 

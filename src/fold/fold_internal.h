@@ -31,9 +31,20 @@ struct GraphTables {
 
 GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel& reference);
 
-/// Centers and unties the planned parameters of `m` (its forward inlined in place as `graph`).
+/// A tensor the fold centred: `centered` (what the folded module or graph holds) is `original`
+/// (the imported model's tensor, never written) centred by `actions` with `scales`
+/// (centeringScales) and rounded. What the float64 check centres again, unrounded, at each read.
+struct CenteredTensor {
+  at::Tensor original, centered;
+  std::vector<CenterAction> actions;
+  std::vector<at::Tensor> scales;
+};
+
+/// Centers and unties the planned parameters of `m` (its forward inlined in place as `graph`);
+/// each centred tensor is added to `centered` (when given).
 void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, GraphTables& tables,
-                      const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report);
+                      const ImportedModel& model, const AnalysisResult& analysis, FoldReport* report,
+                      std::vector<CenteredTensor>* centered = nullptr);
 
 /// Replaces each foldable LayerNorm node by foldnorm::rms_norm (same inputs), or by aten::rms_norm
 /// and a bias add (RmsOp::Aten); records kept ones.
@@ -50,7 +61,8 @@ void fuseAddNorms(const std::shared_ptr<jit::Graph>& graph, const GraphTables& t
 /// The whole rewrite: centerParameters, replaceLayerNorms, fuseAddNorms (unless
 /// options.fuseAddNorm is off), dead-code elimination.
 void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const ImportedModel& model,
-               const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report);
+               const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report,
+               std::vector<CenteredTensor>* centered = nullptr);
 
 /// Rows of each float32 output whose argmax flipped, and whether float32 rounding explains each
 /// (PredictionFlip in fold.h): `a`, `b` original and folded in float32, `z` the original in
@@ -65,11 +77,13 @@ void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vect
 void keepWorst(std::vector<PredictionFlip>& flips, std::size_t keep);
 
 /// Runs original and folded (float32 on the options' device, and float64 copies) and compares.
-/// `held64`: the fold was made in float64 (its own tensors, named there, are float64 and are
-/// stored rounded to its dtype after the verification): `folded` is then the float64 plan too,
-/// and its float32 and saved-file runs round those tensors at each read (CPU only).
+/// `centered`: what the fold centred (centerParameters): on the CPU the float64 plan is then
+/// the folded graph itself, each read of a centred tensor replaced by the original centred in
+/// float64 at that use (no float64 copy of the planned tensors exists). Without it (or on CUDA,
+/// or where a centred storage is also read through another view) the plan is made again on a
+/// clone holding float64 copies of the planned tensors.
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis, const jit::Module& folded,
                     const std::shared_ptr<jit::Graph>& foldedGraph, const FoldOptions& options,
-                    const ReadRounding* held64 = nullptr);
+                    const std::vector<CenteredTensor>* centered = nullptr);
 
 }  // namespace foldnorm::fold_detail

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/torch/model_surgery.h"
@@ -65,9 +66,55 @@ void checkPredictions(int run, const std::vector<at::Tensor>& a, const std::vect
   }
 }
 
+namespace {
+
+/// Whether `kept` are outputs of the shapes and dtypes `run` has, one for one.
+bool sameLayout(const std::vector<at::Tensor>& kept, const std::vector<at::Tensor>& run) {
+  if (kept.size() != run.size()) return false;
+  for (std::size_t i = 0; i < kept.size(); ++i)
+    if (!kept[i].defined() || !run[i].defined() || kept[i].sizes() != run[i].sizes() ||
+        kept[i].scalar_type() != run[i].scalar_type())
+      return false;
+  return true;
+}
+
+const void* storageOf(const at::Tensor& t) {
+  return t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl()) : nullptr;
+}
+
+/// The reads of the float64 plan made from the fold itself: each read of a tensor the fold
+/// centred reads the original centred in float64 at that use. Empty where that cannot stand for
+/// the plan: a centred storage the folded model (or graph) also holds through another view.
+ReadReplacement centeredReads(const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
+                              const std::vector<CenteredTensor>& centered) {
+  std::map<const void*, const CenteredTensor*> byStorage;
+  for (const auto& c : centered)
+    if (!storageOf(c.centered) || !byStorage.emplace(storageOf(c.centered), &c).second) return {};
+  auto sameView = [](const at::Tensor& a, const at::Tensor& b) {
+    return a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() && a.strides() == b.strides();
+  };
+  auto matches = [&](const at::Tensor& t) {
+    auto it = byStorage.find(storageOf(t));
+    return it == byStorage.end() || sameView(t, it->second->centered);
+  };
+  for (const auto& a : folded.named_attributes(/*recurse=*/true))
+    if (a.value.isTensor() && a.value.toTensor().defined() && !matches(a.value.toTensor())) return {};
+  for (auto* n : foldedGraph->nodes())
+    if (n->kind() == c10::prim::Constant && n->hasAttribute(c10::attr::value) &&
+        n->kindOf(c10::attr::value) == jit::AttributeKind::t && !matches(n->t(c10::attr::value)))
+      return {};
+  return [byStorage](jit::Graph& graph, const at::Tensor& t) -> jit::Value* {
+    auto it = byStorage.find(storageOf(t));
+    if (it == byStorage.end()) return nullptr;
+    return insertCentered64(graph, it->second->original, it->second->actions, it->second->scales);
+  };
+}
+
+}  // namespace
+
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
-                    const FoldOptions& options, const ReadRounding* held64) {
+                    const FoldOptions& options, const std::vector<CenteredTensor>* centered) {
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
   auto setup = startVerification(model, &tm.exampleInputs, options);
@@ -75,7 +122,6 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
   const auto device = setup.device;
   const auto& inputSets = setup.inputSets;
 
-  if (held64 && device.is_cuda()) throw std::logic_error("verify: a fold held in float64 is checked on the CPU");
   // float32 (the model's own dtype): original vs folded.
   jit::Module original32 = tm.module;
   jit::Module folded32 = folded;
@@ -85,22 +131,22 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     folded32 = loadModule(serializeModule(folded));
     folded32.to(device);
   }
-  auto folded32Graph = device.is_cuda() ? inlinedForward(folded32)
-                       : held64           ? convertedReads(folded, foldedGraph, {std::nullopt, device}, held64)
-                                          : foldedGraph;
+  auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
 
   // float64. The original and the saved file run on their own float32 weights, upcast at each
-  // read (exact, and no copy of the weights). The plan needs its centering unrounded: a fold
-  // held in float64 is that plan; otherwise the plan is applied to a clone of the original that
-  // shares every tensor but the planned ones, which get float64 copies of their own (centering
-  // writes into them).
+  // read (exact, and no copy of the weights). The plan needs its centering unrounded: on the
+  // CPU, with what the fold centred at hand, it is the folded graph reading each centred tensor
+  // as its original centred in float64 at that read (one such tensor exists at a time);
+  // otherwise the plan is applied to a clone of the original that shares every tensor but the
+  // planned ones, which get float64 copies of their own (centering writes into them).
   progress("preparing the float64 runs");
   const RetargetOptions float64{at::kDouble, device};
   auto original64Graph = convertedReads(tm.module, tm.graph, float64);
-  auto saved64Graph = convertedReads(folded, foldedGraph, float64, held64);
+  auto saved64Graph = convertedReads(folded, foldedGraph, float64);
+  const auto perUse = centered && !device.is_cuda() ? centeredReads(folded, foldedGraph, *centered) : ReadReplacement();
   jit::Module plan64 = folded;
   auto planGraph = foldedGraph;
-  if (!held64) {
+  if (!perUse) {
     std::vector<at::Tensor> planned;
     for (const auto& plan : analysis.plan) planned.push_back(tm.parameterTensors.at(plan.param));
     plan64 = cloneSharing(tm.module, planned, {at::kDouble, c10::kCPU});
@@ -108,18 +154,25 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     // The plan maps onto the graph by node order: apply it before retargeting inserts constants.
     applyPlan(plan64, planGraph, model, analysis, options, nullptr);
   }
-  auto plan64Graph = convertedReads(plan64, planGraph, float64);
+  auto plan64Graph = convertedReads(plan64, planGraph, float64, perUse);
 
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
-    progress(strf("verifying on input set %zu/%zu (float32, float64, saved file in float64)", r + 1,
-                  inputSets.size()));
+    // One line per kind of run: the memory table (fold_memory.h) times each as a step.
+    auto say = [&](const char* what) { progress(strf("verifying on input set %zu/%zu: %s", r + 1, inputSets.size(), what)); };
+    say("float32 (original, folded)");
     auto in32 = retargetInputs(inputSets[r], {std::nullopt, device});
-    auto in64 = retargetInputs(inputSets[r], float64);
-    auto a = runGraph(original32, tm.graph, in32), b = runGraph(folded32, folded32Graph, in32);
-    auto z = runGraph(tm.module, original64Graph, in64);
-    auto s = runGraph(folded, saved64Graph, in64);
+    auto b = runGraph(folded32, folded32Graph, in32);
+    // The original in float32 on the example inputs is the run the import recorded shapes with
+    // (the same graph on the same inputs, its outputs kept): not run a second time.
+    auto a = r == 0 && !device.is_cuda() && sameLayout(tm.exampleOutputs, b) ? tm.exampleOutputs
+                                                                             : runGraph(original32, tm.graph, in32);
     compareOutputs(a, b, "float32", v.checks);
+    say("float64 (original, plan)");
+    auto in64 = retargetInputs(inputSets[r], float64);
+    auto z = runGraph(tm.module, original64Graph, in64);
     compareOutputs(z, runGraph(plan64, plan64Graph, in64), "float64", v.checks);
+    say("float64 (saved file)");
+    auto s = runGraph(folded, saved64Graph, in64);
     compareOutputs(z, s, "saved-float64", v.checks);
     checkPredictions(static_cast<int>(r), a, b, z, s, options.savedFloat64Bound, v.checks, v.worstFlips);
   }

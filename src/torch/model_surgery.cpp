@@ -165,7 +165,7 @@ std::set<const void*> tensorStorages(const jit::Module& module) {
   return out;
 }
 
-int shareUnchanged(const jit::Module& clone, const jit::Module& original) {
+int shareUnchanged(const jit::Module& clone, const jit::Module& original, const std::set<const void*>& keep) {
   at::NoGradGuard noGrad;
   int shared = 0;
   auto mine = clone._ivalue(), theirs = original._ivalue();
@@ -173,12 +173,13 @@ int shareUnchanged(const jit::Module& clone, const jit::Module& original) {
   for (std::size_t i = 0; i < n; ++i) {
     const auto value = mine->getSlot(i), before = theirs->getSlot(i);
     if (value.isObject() && before.isObject() && value.toObject()->type()->is_module()) {
-      shared += shareUnchanged(jit::Module(value.toObject()), jit::Module(before.toObject()));
+      shared += shareUnchanged(jit::Module(value.toObject()), jit::Module(before.toObject()), keep);
       continue;
     }
     if (!value.isTensor() || !before.isTensor()) continue;
     const auto t = value.toTensor(), t0 = before.toTensor();
-    if (!t.defined() || !t0.defined() || storageOf(t) == storageOf(t0) || t.sizes() != t0.sizes() ||
+    if (!t.defined() || !t0.defined() || storageOf(t) == storageOf(t0) || keep.count(storageOf(t)) ||
+        t.sizes() != t0.sizes() ||
         t.strides() != t0.strides() || t.device() != t0.device() || !t.is_floating_point() ||
         !t0.is_floating_point() || c10::promoteTypes(t.scalar_type(), t0.scalar_type()) != t.scalar_type())
       continue;
@@ -190,17 +191,33 @@ int shareUnchanged(const jit::Module& clone, const jit::Module& original) {
   return shared;
 }
 
-void retargetStorages(const jit::Module& module, const std::set<const void*>& storages, const RetargetOptions& to) {
-  if (storages.empty()) return;
-  std::map<ViewKey, at::Tensor> memo;
-  retargetSlots(module, to, memo, storages);
-}
-
 std::shared_ptr<jit::Graph> convertedReads(const jit::Module& module, const std::shared_ptr<jit::Graph>& graph,
-                                           const RetargetOptions& to, const ReadRounding* rounding) {
+                                           const RetargetOptions& to, const ReadReplacement& replace) {
   auto copy = graph->copy();
-  // First: it rewrites dtype codes passed as dtype arguments, and a rounding's code is one.
+  // Tensor constants as the graph holds them, before retargetGraph converts them: a replaced
+  // one is looked up by its own tensor.
+  std::vector<std::pair<jit::Node*, at::Tensor>> constants;
+  if (replace)
+    for (auto* n : copy->nodes())
+      if (n->kind() == c10::prim::Constant && n->outputs().size() == 1 && n->hasAttribute(c10::attr::value) &&
+          n->output()->type()->kind() == c10::TypeKind::TensorType)
+        constants.emplace_back(n, n->t(c10::attr::value));
+  // Before the conversions below are inserted: they pass dtype codes of their own.
   retargetGraph(copy, to);
+  // At each use of `read`, the value `replace` gives for `tensor` (nothing when it gives none).
+  auto replaced = [&](jit::Value* read, const at::Tensor& tensor) {
+    if (!replace || read->uses().empty()) return false;
+    const std::vector<jit::Use> uses = read->uses();  // a copy: replaceInput edits the live list
+    for (const auto& use : uses) {
+      jit::WithInsertPoint guard(use.user);
+      auto* value = replace(*copy, tensor);
+      if (!value) return false;
+      use.user->replaceInput(use.offset, value);
+    }
+    return true;
+  };
+  for (auto& [node, tensor] : constants)
+    if (replaced(node->output(), tensor)) node->destroy();
   // What each value of the copy holds when it is an attribute read from `self` (after inlining
   // every read is a prim::GetAttr chain from the first input).
   std::unordered_map<const jit::Value*, c10::IValue> held{{copy->inputs().at(0), c10::IValue(module._ivalue())}};
@@ -214,20 +231,15 @@ std::shared_ptr<jit::Graph> convertedReads(const jit::Module& module, const std:
     else if (value.isTensor() && value.toTensor().defined()) tensorReads.emplace_back(n->output(), value.toTensor());
   }
   for (auto& [read, tensor] : tensorReads) {
-    const bool round = rounding && tensor.is_floating_point() && tensor.scalar_type() != rounding->dtype &&
-                       rounding->storages.count(storageOf(tensor));
-    // A rounded tensor reads as if stored in the rounding's dtype: that is what `to` converts.
-    const auto type = round && !to.dtype ? rounding->dtype : targetType(tensor, to);
-    if (!round && type == tensor.scalar_type() && tensor.device() == to.device) continue;
+    if (replaced(read, tensor)) continue;
+    const auto type = targetType(tensor, to);
+    if (type == tensor.scalar_type() && tensor.device() == to.device) continue;
     // One conversion right before each use, not one after the read: a traced graph may read
     // every attribute up front, and converted there all would live at once (a full copy).
     const std::vector<jit::Use> uses = read->uses();  // a copy: replaceInput edits the live list
     for (const auto& use : uses) {
       jit::WithInsertPoint guard(use.user);
-      jit::Value* value = read;
-      if (round) value = copy->insert(c10::aten::to, {value, c10::IValue(rounding->dtype)});
-      if (!round || type != rounding->dtype || tensor.device() != to.device)
-        value = copy->insert(c10::aten::to, {value, c10::IValue(to.device), c10::IValue(type)});
+      auto* value = copy->insert(c10::aten::to, {read, c10::IValue(to.device), c10::IValue(type)});
       use.user->replaceInput(use.offset, value);
     }
   }

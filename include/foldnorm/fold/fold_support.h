@@ -12,6 +12,11 @@
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/fold/fold.h"
 
+namespace torch::jit {
+struct Graph;
+struct Value;
+}  // namespace torch::jit
+
 namespace foldnorm {
 
 /// The scale of a scaled centering (CenterAction::scale) as a tensor of the axis' length. Scales
@@ -21,9 +26,24 @@ using ScaleLookup = std::function<at::Tensor(ParamId)>;
 /// `t` centered by `actions` in order (each: subtract the mean along `axis`, within `groups`
 /// equal groups; a scaled one: x[c] -= mean_k(s_k x[k]) / s_c), computed in float64 and returned
 /// in t's dtype, contiguous. The one home of the centering arithmetic for both folds; without
-/// `scaleOf` a scaled action is refused in one line.
+/// `scaleOf` a scaled action is refused in one line. Computed a few rows at a time (slices
+/// along a dim no action centres along, about 16 MiB of float64 each): the float64 temporaries
+/// of one slice, not of the whole tensor.
 at::Tensor centeredCopy(const at::Tensor& t, const std::vector<CenterAction>& actions,
                         const ScaleLookup& scaleOf = {});
+
+/// The scale each action reads (scaleOf(action.scale)), undefined where it is unscaled;
+/// refused in one line, as centeredCopy refuses, when a scaled action meets no `scaleOf`.
+std::vector<at::Tensor> centeringScales(const std::vector<CenterAction>& actions, const ScaleLookup& scaleOf);
+
+/// Inserts into `graph`, at its insert point, the value `t` centred by `actions` in float64,
+/// unrounded (what centeredCopy computes before it rounds to t's dtype), computed each time the
+/// graph runs by foldnorm_check::centered64 (an op only verification graphs call). `t` and
+/// the `scales` (centeringScales) enter as constants sharing their storage: a float64 plan
+/// checked this way holds no float64 copy of what the fold centres, only the one tensor a
+/// reader needs while it reads it.
+torch::jit::Value* insertCentered64(torch::jit::Graph& graph, const at::Tensor& t,
+                                    const std::vector<CenterAction>& actions, const std::vector<at::Tensor>& scales);
 
 /// What both folds' verifications start from: `verification` marked as run on options.device
 /// (with the saved-file bound), that device, and the input sets: `examples` (when given), then

@@ -13,6 +13,7 @@
 
 #include <torch/script.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -47,40 +48,33 @@ torch::jit::Module cloneSharing(const torch::jit::Module& module, const std::vec
 /// Returns how many constants and uses were rewritten.
 int retargetGraph(const std::shared_ptr<torch::jit::Graph>& graph, const RetargetOptions& to);
 
-/// Floating tensors that a read first rounds to `dtype` (convertedReads): a module holding some
-/// tensors in float64 runs as if they were stored in `dtype`, without a copy that is.
-struct ReadRounding {
-  std::set<const void*> storages;  // storage implementations (tensorStorages)
-  at::ScalarType dtype = at::kFloat;
-};
+/// How convertedReads replaces a read instead of converting it: given the tensor an attribute
+/// read or a tensor constant of the graph holds, the value its use reads instead (inserted into
+/// the graph at its insert point, right before that use), or nullptr to convert it as usual.
+using ReadReplacement = std::function<torch::jit::Value*(torch::jit::Graph&, const at::Tensor&)>;
 
 /// A copy of `graph` (a forward of `module`, first input `self`) that converts each tensor
 /// attribute it reads to `to` right before each use (floating ones to `to.dtype`, all to
 /// `to.device`), with retargetGraph applied. Run on `module` itself it computes what a converted
 /// copy would, without one: the float64 check of a 6 GB float32 model needs no 12 GB copy, and
 /// what it checks are the very float32 weights the module holds, upcast exactly. With
-/// `rounding`, the tensors it names are rounded to its dtype first (then converted as `to` says).
+/// `replace`, the reads it gives a value for (attributes and tensor constants) read that value.
 std::shared_ptr<torch::jit::Graph> convertedReads(const torch::jit::Module& module,
                                                   const std::shared_ptr<torch::jit::Graph>& graph,
-                                                  const RetargetOptions& to, const ReadRounding* rounding = nullptr);
+                                                  const RetargetOptions& to, const ReadReplacement& replace = {});
 
 /// Where a slot of `clone` (a module.clone of `original`, same slot order; slots it added come
 /// last and are left alone) holds a floating tensor of its own equal in value to the original's
 /// tensor in that slot (the original converted to the clone's dtype, which must be at least as
 /// wide), the slot takes the original's tensor back. A fold's clone copies a tied storage whole,
 /// and the names the plan leaves unchanged (a tied head when only the embedding is centred) need
-/// no copy. Returns how many slots were given back.
-int shareUnchanged(const torch::jit::Module& clone, const torch::jit::Module& original);
+/// no copy. Slots whose tensor lies in one of `keep` (storages) stay as they are. Returns how
+/// many slots were given back.
+int shareUnchanged(const torch::jit::Module& clone, const torch::jit::Module& original,
+                   const std::set<const void*>& keep = {});
 
 /// The storages (implementations) of every tensor attribute of `module` and its submodules.
 std::set<const void*> tensorStorages(const torch::jit::Module& module);
-
-/// In place: every tensor attribute of `module` (recursively) lying in one of `storages` is
-/// replaced by a copy converted as `to` says (views of one storage with equal offset, sizes and
-/// strides share their copy, so ties stay tied). The old tensors are freed as their last slot
-/// lets go of them: converting a model's float64 tensors never holds both copies of all.
-void retargetStorages(const torch::jit::Module& module, const std::set<const void*>& storages,
-                      const RetargetOptions& to);
 
 /// Floating inputs to `dtype`, every input to `device`.
 std::vector<at::Tensor> retargetInputs(const std::vector<at::Tensor>& inputs, const RetargetOptions& to);
