@@ -34,6 +34,7 @@ TORCH_ENVS = {
 # check; their .pt2 must be refused in one line.
 LEGACY_ENVS = {
     "torch2.8": {"torch": "2.8.0", "torchvision": "0.23.0"},
+    "torch2.7": {"torch": "2.7.1", "torchvision": "0.22.1"},
     "torch2.5": {"torch": "2.5.1", "torchvision": "0.20.1"},
 }
 # Sweep only: a torch newer than ours (no torchvision of its own on PyPI yet, so transformers
@@ -266,5 +267,5 @@ def describe(result: dict) -> str:
     if is_legacy(result["env"]):
         return f".pt2 refused: {e['refused']}; the folded .pt loads in torch {venv['torch']} ({venv['pt']:.2g})"
     return (f".pt2 (schema {e['versions']['schema']}) same verdicts, folded float64 "
-            f"{e['tool_fold']['worst_relative_float64']}, loads in torch {result['versions']['torch']} "
+            f"{e['tool_fold']['worst_relative_float64']:.2g}, loads in torch {result['versions']['torch']} "
             f"({e['load_back_relative_float32']:.2g}) and {venv['torch']} (.pt {venv['pt']:.2g}, .pt2 {venv['pt2']:.2g})")

@@ -41,35 +41,48 @@ def register_extra() -> None:
                                     **hf_corpus.DECODER))
 
 
+def cell(r: dict, twin: dict) -> str:
+    """One architecture in one torch: verdicts vs the 2.11 twin; the worst float32 error of the
+    folded .pt and .pt2, each loaded in that torch and in 2.11; worst float64 of foldnorm's check."""
+    import build_corpus
+    if r.get("failures"):
+        return "**" + "; ".join(r["failures"])[:120] + "**"
+    e, v = r.get("export", {}), r.get("load_in_venv_torch", {})
+    same = "=" if twin is not None and build_corpus.expectation_of(r) == twin else ("?" if twin is None else "**≠**")
+    pt = max(r["folded_file"]["float32_relative"], v.get("pt", float("nan")))
+    if "refused" in e:
+        pt2 = "refused"
+    else:
+        pt2 = f"{max(e['load_back_relative_float32'], v.get('pt2', float('nan'))):.1e}"
+    f64 = max(x for x in (r["tool_fold"]["worst_relative_float64"], e.get("tool_fold", {}).get("worst_relative_float64"))
+              if x is not None)
+    return f"{same} {pt:.1e} / {pt2} ({f64:.0e})"
+
+
 def table(results: str) -> None:
     import build_corpus
-    main = build_corpus.load_expectations().get("main", {})
-    print("| torch | architecture | LNs | foldable (.pt / .pt2) | = 2.11 | .pt2 schema | fold float64 (.pt / .pt2) "
-          "| load-back in that torch (.pt / .pt2) | in torch 2.11 (.pt / .pt2) | outcome |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for env in sorted(os.listdir(results)):
-        for name in SWEEP:
+    import torch_envs
+    expectations = build_corpus.load_expectations()
+    envs = sorted((e for e in os.listdir(results) if os.path.isdir(os.path.join(results, e))),
+                  key=lambda e: [int(x) for x in torch_envs.pins_of(e)["torch"].split(".")])
+    print("| architecture | LNs | foldable | " + " | ".join(f"torch {torch_envs.pins_of(e)['torch']}" for e in envs) + " |")
+    print("|---|---|---|" + "---|" * len(envs))
+    for name in SWEEP:
+        runs = {}
+        for env in envs:
             path = os.path.join(results, env, name + ".json")
-            if not os.path.exists(path):
-                continue
-            with open(path) as f:
-                r = json.load(f)
-            e, v = r.get("export", {}), r.get("load_in_venv_torch", {})
-            s, es = r.get("summary", {}), e.get("summary", {})
-
-            def g(x, k="{:.1e}"):
-                return k.format(x) if isinstance(x, float) else ("-" if x is None else str(x))
-            outcome = "; ".join(r["failures"])[:160] if r.get("failures") else "ok, oracle confirmed"
-            if "refused" in e:
-                outcome += f"; .pt2 refused: {e['refused'][e['refused'].find(' is ') + 1:][:90]}"
-            same = "-" if name not in main or "layer_norms" not in r else \
-                ("yes" if build_corpus.expectation_of(r) == main[name] else "**no**")
-            print(f"| {r['versions']['torch']} | {name} | {s.get('layer_norms', '-')} | "
-                  f"{s.get('foldable', '-')} / {es.get('foldable', '-')} | {same} | {e.get('versions', {}).get('schema', '-')} | "
-                  f"{g(r.get('tool_fold', {}).get('worst_relative_float64'))} / "
-                  f"{g(e.get('tool_fold', {}).get('worst_relative_float64'))} | "
-                  f"{g(r.get('folded_file', {}).get('float32_relative'))} / {g(e.get('load_back_relative_float32'))} | "
-                  f"{g(v.get('pt'))} / {g(v.get('pt2'))} | {outcome} |")
+            if os.path.exists(path):
+                with open(path) as f:
+                    runs[env] = json.load(f)
+        if not runs:
+            continue
+        first = next(r for r in runs.values() if "summary" in r)
+        cells = []
+        for env in envs:
+            # torch 2.5 ran with the old environment's libraries: its twin is env old's trace
+            twin = expectations.get("old" if env in torch_envs.WITH_OLD_LIBRARIES else "main", {}).get(name)
+            cells.append(cell(runs[env], twin) if env in runs else "-")
+        print(f"| {name} | {first['summary']['layer_norms']} | {first['summary']['foldable']} | " + " | ".join(cells) + " |")
 
 
 def main(argv) -> int:
