@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -105,20 +104,10 @@ def ensure_old_env() -> str:
     target = old_env_dir()
     if os.path.isdir(target):
         return target
-    tmp = target + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", tmp]
     say(f"installing the old environment {OLD_KEY} into {target}")
-    steps = [pip + [f"transformers=={OLD_PINS['transformers']}"] + OLD_EXTRA,
-             pip + ["--no-deps", f"timm=={OLD_PINS['timm']}"]]
-    for cmd in steps:
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise SystemExit(f"corpus: installing the old environment failed: {tail[0]}")
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    os.replace(tmp, target)
+    torch_envs.pip_install_target(target, [lambda _: [f"transformers=={OLD_PINS['transformers']}"] + OLD_EXTRA,
+                                           lambda _: ["--no-deps", f"timm=={OLD_PINS['timm']}"]],
+                                  "the old environment")
     return target
 
 

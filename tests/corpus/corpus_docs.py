@@ -108,9 +108,10 @@ def render(rows: dict, results: str) -> str:
            "Architectures traced there are marked `old=True`.",
            "The `torch2.X` environments are another torch (" +
            ", ".join(f"{e}: torch {v['torch']}, torchvision {v['torchvision']}" for e, v in TORCH_ENVS.items()) +
-           ") under `~/.cache/foldnorm/torch-envs/<versions>` (tests/corpus/torch_envs.py); the architectures",
-           "marked `versions=True` are traced and exported there, both folds are loaded back in that torch",
-           "and in the venv's (docs/held-out.md, \"Other torch versions\").",
+           ")",
+           "under `~/.cache/foldnorm/torch-envs/<versions>` (tests/corpus/torch_envs.py): the architectures of",
+           "its CORPUS_ARCHITECTURES are traced and exported there, both folds are loaded back in that torch",
+           "and in the venv's, and their verdicts must be env main's (docs/held-out.md, \"Other torch versions\").",
            ""]
     for env in ENVS:
         env_rows = [r for (e, _), r in sorted(rows.items()) if e == env]

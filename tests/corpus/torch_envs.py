@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 # torch and its torchvision (the pair torchvision's release notes name).
 TORCH_ENVS = {
@@ -89,6 +89,22 @@ def cuda_pins(target: str) -> List[str]:
     return pins
 
 
+def pip_install_target(target: str, steps: List[Callable[[str], List[str]]], what: str) -> None:
+    """pip --target into target + ".partial", renamed into place only when every step succeeded;
+    each step gives pip's arguments (after `install --target DIR`) from the partial folder."""
+    tmp = target + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for step in steps:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            "--target", tmp] + step(tmp), capture_output=True, text=True)
+        if r.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise SystemExit(f"corpus: installing {what} failed: {tail[0]}")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.replace(tmp, target)
+
+
 def ensure_env(cache: str, env: str, say) -> List[str]:
     """pip --target into a fresh folder, renamed into place only when every install succeeded; the
     folders to put first on PYTHONPATH."""
@@ -96,21 +112,11 @@ def ensure_env(cache: str, env: str, say) -> List[str]:
     extra = ensure_env(cache, CUDA_DONOR, say) if env != CUDA_DONOR and env not in NEWER_ENVS else []
     if os.path.isdir(target):
         return [target] + extra
-    tmp = target + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
     pins = [f"{k}=={v}" for k, v in sorted(pins_of(env).items())]
     say(f"installing {' '.join(pins)}{'' if extra else ' and their CUDA libraries'} into {target}")
     # --no-deps: torch's pure-Python dependencies are the venv's; only the CUDA wheels are added.
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-           "--target", tmp]
-    for step in (pins,) if extra else (pins, None):
-        r = subprocess.run(pip + (step if step else cuda_pins(tmp)), capture_output=True, text=True)
-        if r.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise SystemExit(f"corpus: installing the {env} environment failed: {tail[0]}")
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    os.replace(tmp, target)
+    steps = [lambda tmp: ["--no-deps"] + pins] + ([] if extra else [lambda tmp: ["--no-deps"] + cuda_pins(tmp)])
+    pip_install_target(target, steps, f"the {env} environment")
     return [target] + extra
 
 
