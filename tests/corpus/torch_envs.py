@@ -37,10 +37,10 @@ LEGACY_ENVS = {
     "torch2.7": {"torch": "2.7.1", "torchvision": "0.22.1"},
     "torch2.5": {"torch": "2.5.1", "torchvision": "0.20.1"},
 }
-# Sweep only: a torch newer than ours (no torchvision of its own on PyPI yet, so transformers
-# builders only). A CUDA 13 build: it takes the venv's CUDA toolkit wheels and installs the four
-# nvidia-* wheels whose versions differ.
-NEWER_ENVS = {"torch2.15": {"torch": "2.15.0"}}
+# Sweep only: a torch newer than ours (2.14: 2.15 has no torchvision on PyPI yet, and the venv's
+# torchvision breaks transformers' imports under another torch). A CUDA 13 build: it takes the
+# venv's CUDA toolkit wheels and installs the nvidia-* wheels it names.
+NEWER_ENVS = {"torch2.14": {"torch": "2.14.1", "torchvision": "0.29.2"}}
 # All of these are CUDA 12 builds; every one but CUDA_DONOR loads the CUDA libraries of the donor's
 # install (the same sonames; 2.9 and 2.10 pin the same wheels but nvshmem), saving 5 GB each.
 CUDA_DONOR = "torch2.10"

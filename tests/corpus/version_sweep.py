@@ -45,15 +45,16 @@ def cell(r: dict, twin: dict) -> str:
     """One architecture in one torch: verdicts vs the 2.11 twin; the worst float32 error of the
     folded .pt and .pt2, each loaded in that torch and in 2.11; worst float64 of foldnorm's check."""
     import build_corpus
-    if r.get("failures"):
-        return "**" + "; ".join(r["failures"])[:120] + "**"
+    import torch_envs
+    if r.get("failures") or torch_envs.missing_checks(r):
+        return "**" + ("; ".join(r["failures"]) or torch_envs.missing_checks(r))[:120] + "**"
     e, v = r.get("export", {}), r.get("load_in_venv_torch", {})
     same = "=" if twin is not None and build_corpus.expectation_of(r) == twin else ("?" if twin is None else "**≠**")
-    pt = max(r["folded_file"]["float32_relative"], v.get("pt", float("nan")))
+    pt = max(r["folded_file"]["float32_relative"], v["pt"])
     if "refused" in e:
         pt2 = "refused"
     else:
-        pt2 = f"{max(e['load_back_relative_float32'], v.get('pt2', float('nan'))):.1e}"
+        pt2 = f"{max(e['load_back_relative_float32'], v['pt2']):.1e}"
     f64 = max(x for x in (r["tool_fold"]["worst_relative_float64"], e.get("tool_fold", {}).get("worst_relative_float64"))
               if x is not None)
     return f"{same} {pt:.1e} / {pt2} ({f64:.0e})"
