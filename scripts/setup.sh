@@ -16,7 +16,8 @@ torchvision_version=0.26.0
 # GPT-2/Phi/Llama with torch 2.11, where 4.57's vmap-built attention masks do not.
 transformers_version=5.24.0
 # timm: the public-architecture corpus (tests/corpus) traces its models; the corpus's "old"
-# environment (older transformers and timm) is installed by tests/corpus/build_corpus.py itself.
+# environment (older transformers and timm) and its torch2.X environments (another torch, under
+# $cache/torch-envs, tests/corpus/torch_envs.py) are installed by tests/corpus/build_corpus.py itself.
 timm_version=1.0.31
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 

@@ -2,7 +2,7 @@
 """The corpus driver: build, trace, analyse, fold and confirm every registered architecture.
 
     build_corpus.py --foldnorm build/bin/foldnorm --ops build/lib/libfoldnorm_ops.so \\
-        --results build/corpus-results [--env main|old] [--only hf-gpt2 timm-vit_tiny ...]
+        --results build/corpus-results [--env main|old|torch2.10|torch2.9] [--only hf-gpt2 timm-vit_tiny ...]
     build_corpus.py --check hf-gpt2 --env main --results build/corpus-results   (one ctest entry)
     build_corpus.py --update-expectations --results build/corpus-results        (after a reviewed change)
     build_corpus.py --update-expectations --missing-only ...   (only architectures without one yet)
@@ -15,13 +15,14 @@ strict=False), save with the embedded input spec, run `foldnorm analyze --json` 
 also by the driver, the oracle and the hashes of the foldnorm binary and the ops library, so a
 warm rerun only copies files.
 The "old" environment is older transformers and timm installed with `pip --target` under the cache
-(keyed by their versions) and put first on PYTHONPATH; torch stays the same.
+(keyed by their versions) and put first on PYTHONPATH; torch stays the same. The "torch2.X"
+environments are another torch itself (torch_envs.py): the architectures it lists are
+traced and exported there, folded, and the folded files loaded back in that torch and in ours.
 """
 import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from typing import Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
 sys.path[:0] = [HERE, FIXTURES]
+import torch_envs  # noqa: E402
 
 CACHE = os.path.join(os.environ.get("FOLDNORM_CACHE", os.path.expanduser("~/.cache/foldnorm")), "corpus")
 OLD_PINS = {"transformers": "4.41.2", "timm": "0.9.16"}
@@ -77,7 +79,7 @@ def builder_files() -> List[str]:
         ["corpus_lib.py", "../fixtures/fixture_lib.py"]
 
 
-CHECKER_FILES = ["build_corpus.py", "oracle.py"]  # what makes a result from a trace
+CHECKER_FILES = ["build_corpus.py", "oracle.py", "torch_envs.py"]  # what makes a result from a trace
 
 
 def library_versions() -> Dict[str, str]:
@@ -102,28 +104,31 @@ def ensure_old_env() -> str:
     target = old_env_dir()
     if os.path.isdir(target):
         return target
-    tmp = target + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", tmp]
     say(f"installing the old environment {OLD_KEY} into {target}")
-    steps = [pip + [f"transformers=={OLD_PINS['transformers']}"] + OLD_EXTRA,
-             pip + ["--no-deps", f"timm=={OLD_PINS['timm']}"]]
-    for cmd in steps:
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise SystemExit(f"corpus: installing the old environment failed: {tail[0]}")
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    os.replace(tmp, target)
+    torch_envs.pip_install_target(target, [lambda _: [f"transformers=={OLD_PINS['transformers']}"] + OLD_EXTRA,
+                                           lambda _: ["--no-deps", f"timm=={OLD_PINS['timm']}"]],
+                                  "the old environment")
     return target
 
 
-def reexec_in_old_env(argv: List[str]) -> int:
-    target = ensure_old_env()
-    env = dict(os.environ, FOLDNORM_CORPUS_CHILD="old",
-               PYTHONPATH=os.pathsep.join([target] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+def reexec_in_env(name: str, argv: List[str]) -> int:
+    first = [ensure_old_env()] if name == "old" else torch_envs.ensure_env(CACHE, name, say)
+    if name in torch_envs.WITH_OLD_LIBRARIES:
+        first.insert(1, ensure_old_env())
+    env = dict(os.environ, FOLDNORM_CORPUS_CHILD=name,
+               PYTHONPATH=os.pathsep.join(first + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     return subprocess.run([sys.executable, os.path.abspath(__file__)] + argv, env=env).returncode
+
+
+def check_in_venv_torch(env: str, results_dir: str) -> None:
+    """After a torch-env run, in the venv's torch: every folded file written there loads here too."""
+    folder = os.path.join(results_dir, env)
+    for fname in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if fname.endswith(".json"):
+            with open(os.path.join(folder, fname)) as f:
+                result = json.load(f)
+            torch_envs.check_in_this_torch(result)
+            write_atomic_json(os.path.join(folder, fname), result)
 
 
 # ---------------------------------------------------------------- one architecture
@@ -174,10 +179,12 @@ def check_mask_live(sample, traced, failures: List[str], notes: List[str]) -> No
         notes.append("attention_mask is live: a right-padded mask matches eager through the trace")
 
 
-def load_folded(path: str, ops: str, sample, input_sets) -> dict:
+def load_folded(path: str, ops: Optional[str], sample, input_sets) -> dict:
+    """The saved fold against eager; ops None: a portable (aten) fold, loaded without our library."""
     import torch
     from corpus_lib import as_tuple
-    torch.ops.load_library(ops)
+    if ops:
+        torch.ops.load_library(ops)
     folded = torch.jit.load(path).eval()
     out = {"float32_relative": 0.0}
     with torch.no_grad():
@@ -263,8 +270,9 @@ def run_architecture(arch, env: str, args, versions: Dict[str, str], keys: Dict[
                              for l in analysis["layer_norms"]]
 
     t = time.time()
-    fold_report = json.loads(run_tool([args.foldnorm, "fold", trace_path, "-o", fold_path, "--json"],
-                                      TIMEOUT_FOLD).stdout)
+    other_torch = torch_envs.is_torch_env(env)  # our library is built for the venv's torch: aten form
+    fold_report = json.loads(run_tool([args.foldnorm, "fold", trace_path, "-o", fold_path, "--json"] +
+                                      (["--rms-op", "aten"] if other_torch else []), TIMEOUT_FOLD).stdout)
     secs["fold"] = time.time() - t
     ver = fold_report.get("verification", {})
     result["tool_fold"] = {k: ver.get(k) for k in ("float64_equivalent", "predictions_unchanged",
@@ -273,11 +281,18 @@ def run_architecture(arch, env: str, args, versions: Dict[str, str], keys: Dict[
         result["failures"].append(f"foldnorm fold's own verification: not float64-equivalent "
                                   f"({ver.get('worst_relative_float64')})")
     t = time.time()
-    result["folded_file"] = load_folded(fold_path, args.ops, sample, input_sets)
+    result["folded_file"] = load_folded(fold_path, None if other_torch else args.ops, sample, input_sets)
     if result["folded_file"]["float32_relative"] > FOLD_FILE_REL:
         result["failures"].append(f"the saved fold differs from the eager model by "
                                   f"{result['folded_file']['float32_relative']:.3g} relative (float32)")
-    os.remove(fold_path)  # verified; only the trace is worth keeping
+    if other_torch:  # kept for the venv's torch to load (check_in_venv_torch), with the .pt2 half
+        result["folded_trace_file"] = fold_path
+        result["reference_file"] = os.path.join(work, f"reference-{keys['trace'][:16]}.pt")
+        torch_envs.save_reference(result["reference_file"], input_sets, eager)
+        torch_envs.export_and_fold(sample, input_sets, eager, work, keys, args, result, run_tool)
+        secs["export"] = time.time() - t
+    else:
+        os.remove(fold_path)  # verified; only the trace is worth keeping
 
     try:
         report = oracle.check(sample.model, input_sets, analysis)
@@ -368,10 +383,19 @@ def check_one(name: str, env: str, results_dir: str) -> int:
         for msg in result["failures"]:
             print(f"{name} [{env}]: {msg}")
         return 1
+    if torch_envs.is_torch_env(env):
+        missing = torch_envs.missing_checks(result)
+        if missing:
+            print(f"{name} [{env}]: {missing}")
+            return 1
     got = expectation_of(result)
-    want = load_expectations().get(env, {}).get(name)
+    # Another torch, the same libraries and weights: the verdicts must be torch 2.11's (env main's).
+    want = load_expectations().get("main" if torch_envs.is_torch_env(env) else env, {}).get(name)
     hint = (f"if the new verdicts are intended (and the oracle confirmed them, as it did), run:\n"
             f"  {os.path.abspath(__file__)} --update-expectations --results {results_dir} --env {env} --only {name}")
+    if torch_envs.is_torch_env(env):
+        hint = (f"the expectation is env main's (torch 2.11): a verdict that depends on the torch that wrote "
+                f"the file is an importer bug, not a new expectation")
     if want is None:
         print(f"{name} [{env}]: no expectation in {EXPECTATIONS}; {hint}")
         return 1
@@ -385,7 +409,8 @@ def check_one(name: str, env: str, results_dir: str) -> int:
         return 1
     o = result["oracle"]
     print(f"{name} [{env}]: {got['foldable']}/{got['layer_norms']} foldable as expected; FOLD exact to "
-          f"{max(o['fold_relative_float64'] or [0]):.2g}, {len(o['keeps'])} KEEPs confirmed")
+          f"{max(o['fold_relative_float64'] or [0]):.2g}, {len(o['keeps'])} KEEPs confirmed"
+          + (f"; {torch_envs.describe(result)}" if torch_envs.is_torch_env(env) else ""))
     return 0
 
 
@@ -393,6 +418,9 @@ def update_expectations(results_dir: str, envs: List[str], only: Optional[List[s
                         missing_only: bool = False) -> int:
     """Writes the confirmed verdicts; with missing_only, only for architectures that have no
     expectation yet (a fixed rule gap goes green, a changed verdict stays a failure to review)."""
+    if any(torch_envs.is_torch_env(e) for e in envs):
+        raise SystemExit("corpus: a torch2.X environment has no expectations of its own: its verdicts must "
+                         "equal env main's (torch 2.11, the same libraries and weights)")
     data = load_expectations()
     changed = 0
     for env in envs:
@@ -444,7 +472,8 @@ def run_env(env: str, args) -> int:
         if listed != set(registry):
             raise SystemExit(f"corpus: the ctest entries ({len(listed)}) and the registry ({len(registry)}) "
                              f"differ: {sorted(listed ^ set(registry))}; re-run cmake")
-    names = [n for n, a in registry.items() if env == "main" or a.old]
+    names = [n for n, a in registry.items()
+             if env == "main" or (a.old if env == "old" else n in torch_envs.CORPUS_ARCHITECTURES)]
     if args.only:
         unknown = sorted(set(args.only) - set(registry))
         if unknown:
@@ -453,6 +482,8 @@ def run_env(env: str, args) -> int:
     versions = library_versions()
     if env == "old" and any(versions.get(k) != v for k, v in OLD_PINS.items()):
         raise SystemExit(f"corpus: the old environment has {versions}, expected {OLD_PINS}")
+    if torch_envs.is_torch_env(env):
+        torch_envs.check_versions(env, versions)
     shash = scripts_hash(builder_files())
     vkey = json.dumps(versions, sort_keys=True)
     tool = sha256_file(args.foldnorm) + sha256_file(args.ops) + scripts_hash(CHECKER_FILES)
@@ -502,7 +533,8 @@ def run_env(env: str, args) -> int:
 
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", choices=["main", "old"], default="main")
+    p.add_argument("--env", choices=["main", "old"] + sorted(torch_envs.TORCH_ENVS) +
+                   sorted(torch_envs.LEGACY_ENVS) + sorted(torch_envs.NEWER_ENVS), default="main")
     p.add_argument("--only", nargs="+")
     p.add_argument("--foldnorm", help="the foldnorm binary")
     p.add_argument("--ops", help="libfoldnorm_ops.so (to load folded files)")
@@ -522,8 +554,11 @@ def main(argv: List[str]) -> int:
         if not path or not os.path.isfile(path):
             raise SystemExit(f"corpus: {what} must name an existing file (got {path})")
     args.foldnorm, args.ops = os.path.abspath(args.foldnorm), os.path.abspath(args.ops)
-    if args.env == "old" and os.environ.get("FOLDNORM_CORPUS_CHILD") != "old":
-        return reexec_in_old_env(argv)
+    if args.env != "main" and os.environ.get("FOLDNORM_CORPUS_CHILD") != args.env:
+        status = reexec_in_env(args.env, argv)
+        if status == 0 and torch_envs.is_torch_env(args.env):
+            check_in_venv_torch(args.env, args.results)
+        return status
     return run_env(args.env, args)
 
 

@@ -14,8 +14,9 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from build_corpus import OLD_PINS  # noqa: E402
+from torch_envs import TORCH_ENVS  # noqa: E402
 
-ENVS = ("main", "old")
+ENVS = ("main", "old") + tuple(TORCH_ENVS)
 OLD_TEXT = f"{OLD_PINS['transformers']} and timm {OLD_PINS['timm']}"
 
 
@@ -105,6 +106,12 @@ def render(rows: dict, results: str) -> str:
            "first on PYTHONPATH (torch stays 2.11: torchvision's versions are tied to torch's, so",
            "torchvision has no old version here and no torchvision builder is marked `old=True`).",
            "Architectures traced there are marked `old=True`.",
+           "The `torch2.X` environments are another torch (" +
+           ", ".join(f"{e}: torch {v['torch']}, torchvision {v['torchvision']}" for e, v in TORCH_ENVS.items()) +
+           ")",
+           "under `~/.cache/foldnorm/torch-envs/<versions>` (tests/corpus/torch_envs.py): the architectures of",
+           "its CORPUS_ARCHITECTURES are traced and exported there, both folds are loaded back in that torch",
+           "and in the venv's, and their verdicts must be env main's (docs/held-out.md, \"Other torch versions\").",
            ""]
     for env in ENVS:
         env_rows = [r for (e, _), r in sorted(rows.items()) if e == env]

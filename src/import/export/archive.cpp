@@ -43,6 +43,32 @@ std::string rootFolder(const std::string& bytes) {
   return slash == std::string::npos ? std::string{} : name.substr(0, slash);
 }
 
+/// The `version` record of a pre-2.8 archive (the export schema, "7.3"), found through the zip's
+/// central directory (LibTorch's reader refuses a zip without a root folder); empty when absent,
+/// compressed or not where the directory says.
+std::string legacyVersionRecord(const std::string& bytes) {
+  auto u16 = [&](std::size_t i) {
+    return static_cast<std::size_t>(static_cast<unsigned char>(bytes[i])) |
+           (static_cast<std::size_t>(static_cast<unsigned char>(bytes[i + 1])) << 8);
+  };
+  auto u32 = [&](std::size_t i) { return u16(i) | (u16(i + 2) << 16); };
+  const auto end = bytes.rfind("PK\x05\x06");
+  if (end == std::string::npos || end + 22 > bytes.size()) return {};
+  std::size_t at = u32(end + 16);
+  for (std::size_t n = u16(end + 10); n > 0 && at + 46 <= bytes.size() && bytes.compare(at, 4, "PK\x01\x02") == 0; --n) {
+    const auto method = u16(at + 10), size = u32(at + 20), nameLen = u16(at + 28), local = u32(at + 42);
+    const auto name = bytes.substr(at + 46, nameLen);
+    const auto slash = name.find('/');
+    if (method == 0 && size <= 16 && (name == "version" || (slash != std::string::npos && name.substr(slash) == "/version"))) {
+      if (local + 30 > bytes.size()) return {};
+      const auto data = local + 30 + u16(local + 26) + u16(local + 28);
+      return data + size <= bytes.size() ? bytes.substr(data, size) : std::string{};
+    }
+    at += 46 + nameLen + u16(at + 30) + u16(at + 32);
+  }
+  return {};
+}
+
 std::string recordText(caffe2::serialize::PyTorchStreamReader& reader, const std::string& name) {
   auto [data, size] = reader.getRecord(name);
   return std::string(static_cast<const char*>(data.get()), size);
@@ -175,10 +201,20 @@ ExportArchive readExportArchive(const std::string& path) {
   if (bytes->size() < 22 || bytes->compare(0, 4, "PK\x03\x04") != 0)
     throw Error(quoted + " is not a torch.export archive (" + std::to_string(bytes->size()) +
                 " bytes, not a zip file; torch.export.save writes a zip archive)");
-  // torch <= 2.7 wrote a flat zip (no root folder) that LibTorch's reader refuses outright.
-  if (bytes->find("serialized_exported_program.json") != std::string::npos)
-    throw Error(quoted + " is a torch.export archive in the pre-2.8 layout (serialized_exported_program.json); "
-                "foldnorm reads the layout of torch >= 2.9: load and re-save it with torch >= 2.9");
+  // torch <= 2.7 wrote a flat zip (no root folder) that LibTorch's reader refuses outright. Its
+  // `version` record is the export schema: torch >= 2.9 loads (and so re-saves) schema 8 only, so a
+  // file of torch 2.5 (schema 7.3) must be exported again, not re-saved.
+  if (bytes->find("serialized_exported_program.json") != std::string::npos) {
+    auto version = legacyVersionRecord(*bytes);
+    version.erase(version.find_last_not_of(" \n\r") + 1);
+    if (version.find_first_not_of("0123456789.") != std::string::npos) version.clear();
+    const auto what = quoted + " is a torch.export archive in the pre-2.8 layout (serialized_exported_program.json" +
+                      (version.empty() ? "" : ", export schema " + version) + "); foldnorm reads the layout of torch >= 2.9: ";
+    if (!version.empty() && version.rfind("8.", 0) != 0)
+      throw Error(what + "torch >= 2.9 cannot load schema " + version + " either, so export the model again with "
+                  "torch >= 2.9 (torch.export.export, then torch.export.save)");
+    throw Error(what + "load and re-save it with torch >= 2.9");
+  }
   std::istringstream in(*bytes);  // outlives the reader, which keeps a pointer to it
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
