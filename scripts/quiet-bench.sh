@@ -8,7 +8,7 @@
 # OUTDIR must not exist or be empty (results are never overwritten). It gets:
 #   machine.txt                 date, CPU, load before and after every step, the commit
 #   commands.txt                every command as run (paste them into the docs with the numbers)
-#   bench-norm.{json,txt}       foldnorm bench-norm --compare-prefetch, float32/bfloat16/float16 x 768/4096/8192,
+#   bench-norm.{json,txt}       foldnorm bench-norm, float32/bfloat16/float16 x hidden 768/4096/8192,
 #                               8192 rows, 41 rounds, 2 threads, the library's CPU kernels: our
 #                               RMSNorm vs copy bandwidth and the fused add_rms_norm vs its unfused
 #                               pairs (every table has both)
@@ -96,22 +96,20 @@ else
   # rounds per length (paired ratios with a bootstrap interval), seq 32,128,512, fused fold.
   models=gpt2:small,bert:base,opt:125m; seqs=32,128,512; e2e_warmup=3; e2e_reps=40; e2e_seconds=35
 fi
-# --compare-prefetch: our two ops also with the kernels' row-ahead prefetch off, interleaved in
-# the same rounds (what the prefetch gains, docs/kernels.md).
 norm_args=(bench-norm --device cpu --threads 2 --dtype "$dtypes" --hidden "$hidden" --rows "$rows"
-           --warmup "$warmup" --json --compare-prefetch)
+           --warmup "$warmup" --json)
 
 # (a) the kernels: our RMSNorm against copy bandwidth, the fused add + RMSNorm against the pairs.
-step bench-norm 400 "$foldnorm" "${norm_args[@]}" --reps "$reps"
+step bench-norm 300 "$foldnorm" "${norm_args[@]}" --reps "$reps"
 if grep -qw avx512f /proc/cpuinfo; then
   # The AVX2 kernels on the same cores: what an AVX2-only CPU runs.
-  step bench-norm-avx2 300 "$foldnorm" "${norm_args[@]}" --reps $(( tiny ? 3 : 21 )) --cpu-isa avx2
+  step bench-norm-avx2 240 "$foldnorm" "${norm_args[@]}" --reps $(( tiny ? 3 : 21 )) --cpu-isa avx2
 else
   note "[skip] bench-norm-avx2: this CPU has no AVX-512, so bench-norm already ran the AVX2 kernels"
 fi
-step bench-norm-1thread 240 "$foldnorm" bench-norm --device cpu --threads 1 \
+step bench-norm-1thread 180 "$foldnorm" bench-norm --device cpu --threads 1 \
   --dtype "$( (( tiny )) && echo bfloat16 || echo bfloat16,float16)" --hidden "$hidden" --rows "$rows" \
-  --warmup "$warmup" --reps $(( tiny ? 3 : 21 )) --json --compare-prefetch
+  --warmup "$warmup" --reps $(( tiny ? 3 : 21 )) --json
 
 # (b) the models end to end: original vs folded + fused (the issue's claim), paired rounds.
 step e2e 900 "$e2e" --device cpu --dtype float32 --threads 2 --fuse on --models "$models" \
@@ -127,20 +125,11 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"device {r['device']}, {r['threads']} threads, CPU kernels {r['cpu_kernel_isa']}, "
       f"{r['reps']} rounds after {r['warmup']} warm-up")
-print(f"{'dtype':<9} {'rows x hidden':>14} {'rms BW/copy':>12} {'fused x add+ours':>17} {'fused x add+aten LN':>20}"
-      f" {'no-prefetch BW/copy':>20} {'prefetch gain rms/fused':>24}")
+print(f"{'dtype':<9} {'rows x hidden':>14} {'rms BW/copy':>12} {'fused x add+ours':>17} {'fused x add+aten LN':>20}")
 for c in r["cases"]:
-    v = {x["name"]: x for x in c["variants"]}
-    rms = v["foldnorm::rms_norm"]
-    line = (f"{c['dtype']:<9} {str(c['rows']) + ' x ' + str(c['hidden']):>14} {rms['bandwidth_vs_copy']:>12.2f} "
-            f"{c['fused_speedup_vs_aten_add_rms_norm']:>16.2f}x {c['fused_speedup_vs_aten_add_layer_norm']:>19.2f}x")
-    off = v.get("foldnorm::rms_norm (no prefetch)")
-    off_add = v.get("foldnorm::add_rms_norm (no prefetch)")
-    if off and off_add:
-        gain_rms = off["median_ms"] / rms["median_ms"]
-        gain_add = off_add["median_ms"] / v["foldnorm::add_rms_norm"]["median_ms"]
-        line += f" {off['bandwidth_vs_copy']:>20.2f} {gain_rms:>16.2f}x/{gain_add:.2f}x"
-    print(line)
+    rms = next(v for v in c["variants"] if v["name"] == "foldnorm::rms_norm")
+    print(f"{c['dtype']:<9} {str(c['rows']) + ' x ' + str(c['hidden']):>14} {rms['bandwidth_vs_copy']:>12.2f} "
+          f"{c['fused_speedup_vs_aten_add_rms_norm']:>16.2f}x {c['fused_speedup_vs_aten_add_layer_norm']:>19.2f}x")
 EOF
 done
 [[ -s $out/e2e.out ]] || rm -f "$out/e2e.out"

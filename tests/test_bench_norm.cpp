@@ -8,7 +8,6 @@
 #include "foldnorm/bench/bench_norm.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
-#include "foldnorm/ops/cpu_prefetch.h"
 #include "foldnorm/ops/rms_norm.h"
 
 using namespace foldnorm::bench;
@@ -41,27 +40,6 @@ TEST_CASE("the norm bench times every variant per shape with ordered statistics"
     }
   }
   CHECK_THAT(formatNormBenchTable(r), Catch::Contains("foldnorm::rms_norm") && Catch::Contains("1 threads"));
-}
-
-TEST_CASE("the norm bench can time our kernels without their row-ahead prefetch", "[bench][ops][prefetch]") {
-  BenchNormOptions o;
-  o.dtypes = {"bfloat16"};
-  o.hidden = {100};
-  o.rows = {8};
-  o.reps = 3;
-  o.warmup = 1;
-  o.threads = 1;
-  o.comparePrefetch = true;
-  std::ostringstream progress;
-  auto r = runNormBench(o, progress);
-  REQUIRE(r.cases.size() == 1);
-  REQUIRE(r.cases[0].variants.size() == 11);
-  for (const char* name : {kOursRmsNoPrefetchVariant, kOursAddRmsNoPrefetchVariant}) {
-    INFO(name);
-    CHECK(r.cases[0].variant(name).medianMs > 0);
-  }
-  CHECK(foldnorm::ops::cpuKernelPrefetch());  // the default is back after the run
-  CHECK_THAT(toJson(r).dump(), Catch::Contains("foldnorm::rms_norm (no prefetch)"));
 }
 
 TEST_CASE("the norm bench rejects options it cannot time honestly", "[bench][ops]") {

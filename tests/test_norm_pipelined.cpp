@@ -10,7 +10,6 @@
 #include <catch2/catch.hpp>
 #include <tuple>
 
-#include "foldnorm/ops/cpu_prefetch.h"
 #include "foldnorm/ops/rms_norm.h"
 #include "ops_test_helpers.h"
 
@@ -76,65 +75,4 @@ TEST_CASE("pipelined CPU RMS rows give each row the bits it gets alone", "[ops][
     // Rows of different scales normalize to different outputs (the check above compares real rows).
     if (cols >= 17) CHECK_FALSE(bits(y[0]).equal(bits(y[1])));
   }
-}
-
-namespace {
-
-// Switches the CPU kernels' row-ahead prefetch for one scope (the default, on, afterwards).
-struct PrefetchScope {
-  explicit PrefetchScope(bool on) { foldnorm::ops::setCpuKernelPrefetch(on); }
-  ~PrefetchScope() { foldnorm::ops::setCpuKernelPrefetch(true); }
-  PrefetchScope(const PrefetchScope&) = delete;
-  PrefetchScope& operator=(const PrefetchScope&) = delete;
-};
-
-}  // namespace
-
-// The RMS row kernels prefetch the row two ahead into L2 (the lead tail clamps to the task's last
-// row). A prefetch moves no data the kernel computes with, so on or off the bits are the same, on
-// every instruction set, at widths whose rows end mid cache line (17, 33, 1000, 4097: the lines
-// asked for are then not the row's own), on rows not 32-byte aligned, at 4096 (rows a whole number
-// of 4 KiB, each task several rows long) and for the fused op's two inputs. The float64 check says
-// the bits compared are right ones, not just equal ones.
-TEST_CASE("the CPU kernels' row-ahead prefetch changes no bit", "[ops][pipelined][prefetch]") {
-  CHECK(foldnorm::ops::cpuKernelPrefetch());
-  const auto dtype = GENERATE(torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kFloat16);
-  const int64_t cols = GENERATE(1, 17, 33, 1000, 4096, 4097);
-  const int64_t offset = GENERATE(0, 3);
-  const bool add = GENERATE(false, true);
-  const int64_t rows = cols >= 4096 ? 40 : 37;  // several tasks of several rows at 2 threads
-  INFO("dtype " << dtype << " cols " << cols << " offset " << offset << " add " << add);
-  const auto x = rowsAt(rows, cols, offset, dtype, 11);
-  const auto r = rowsAt(rows, cols, offset + 1, dtype, 12);
-  torch::manual_seed(13);
-  const auto paramType = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  const auto w = torch::randn({cols}).to(paramType), b = torch::randn({cols}).to(paramType);
-  auto run = [&] {
-    if (add) return foldnorm::ops::addRmsNorm(x, r, {cols}, w, b, 1e-5);
-    return std::make_tuple(foldnorm::ops::rmsNorm(x, {cols}, w, b, 1e-5), at::Tensor());
-  };
-  // float64 reference of the same formula (on the rounded sum for the fused op).
-  const auto s64 = (add ? (x + r) : x).to(torch::kFloat64);
-  const auto ref = s64 / torch::sqrt(s64.pow(2).mean(-1, true) + 1e-5) * w.to(torch::kFloat64) +
-                   b.to(torch::kFloat64);
-  const double tolerance = dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 2e-2;
-  for (auto isa : isasOnThisCpu()) {
-    INFO("isa " << foldnorm::ops::toString(isa));
-    IsaScope scope(isa);
-    const auto [yOn, sOn] = run();
-    at::Tensor yOff, sOff;
-    {
-      PrefetchScope off(false);
-      CHECK_FALSE(foldnorm::ops::cpuKernelPrefetch());
-      std::tie(yOff, sOff) = run();
-    }
-    CHECK(bits(yOn).equal(bits(yOff)));
-    if (add) CHECK(bits(sOn).equal(bits(sOff)));
-    const double err = (yOn.to(torch::kFloat64) - ref).abs().max().item<double>() /
-                       std::max(1.0, ref.abs().max().item<double>());
-    CHECK(err < tolerance);
-    // The output depends on the input: a second input gives other rows.
-    if (cols >= 17) CHECK_FALSE(bits(yOn[0]).equal(bits(yOn[1])));
-  }
-  CHECK(foldnorm::ops::cpuKernelPrefetch());
 }

@@ -20,7 +20,6 @@
 
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
-#include "foldnorm/ops/cpu_prefetch.h"
 #include "foldnorm/ops/rms_norm.h"
 
 namespace foldnorm::bench {
@@ -55,9 +54,6 @@ void checkOptions(const BenchNormOptions& o) {
   }
   if (o.reps < 3) throw Error("bench-norm: --reps must be at least 3 for a median and spread");
   if (o.warmup < 0) throw Error("bench-norm: --warmup must not be negative");
-  if (o.comparePrefetch && o.device != "cpu") {
-    throw SettingError("compare-prefetch", "the row-ahead prefetch is a CPU kernel setting; use it with the cpu device");
-  }
 }
 
 // Fresh allocations >= 32 MiB are mmapped and page-faulted on first touch by glibc; ATen's ops
@@ -195,23 +191,6 @@ BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
          torch::layer_norm(sum, shape, wAten, bAten, eps);
        }},
   };
-
-  if (options.comparePrefetch) {
-    // Switched off only for the call: every other variant runs with the default (on).
-    auto withoutPrefetch = [](const std::function<void()>& fn) {
-      foldnorm::ops::setCpuKernelPrefetch(false);
-      fn();
-      foldnorm::ops::setCpuKernelPrefetch(true);
-    };
-    variants.push_back({kOursRmsNoPrefetchVariant, activations + 2 * params, [&, withoutPrefetch] {
-                          withoutPrefetch([&] { foldnorm::ops::rmsNormOut(out, x, shape, w, b, eps); });
-                        }});
-    variants.push_back({kOursAddRmsNoPrefetchVariant, 2 * activations + 2 * params, [&, withoutPrefetch] {
-                          withoutPrefetch([&] {
-                            foldnorm::ops::addRmsNormOut(out, sum, x, residual, shape, w, b, eps);
-                          });
-                        }});
-  }
 
   for (int i = 0; i < options.warmup; ++i) {
     for (auto& v : variants) v.run();
@@ -354,11 +333,11 @@ std::string formatNormBenchTable(const BenchNormReport& report) {
     s += format("\n%s [%lld x %lld]\n", c.dtype.c_str(), static_cast<long long>(c.rows),
                 static_cast<long long>(c.hidden));
     const double copyGbPerSecond = c.variant(kCopyVariant).gbPerSecond;
-    s += format("  %-37s %10s %21s %8s %8s %8s %10s\n", "variant", "median ms", "p10-p90 ms",
+    s += format("  %-29s %10s %21s %8s %8s %8s %10s\n", "variant", "median ms", "p10-p90 ms",
                 "GB/s", "/copy", "BW/copy", "x aten LN");
     for (const auto& v : c.variants) {
       const std::string spread = format("%.3f-%.3f", v.p10Ms, v.p90Ms);
-      s += format("  %-37s %10.3f %21s %8.1f %8.2f %8.2f %10.2f\n", v.name.c_str(), v.medianMs,
+      s += format("  %-29s %10.3f %21s %8.1f %8.2f %8.2f %10.2f\n", v.name.c_str(), v.medianMs,
                   spread.c_str(), v.gbPerSecond, v.medianMs / copyMs,
                   v.gbPerSecond / copyGbPerSecond, atenLnMs / v.medianMs);
     }

@@ -46,9 +46,6 @@ void setup(CLI::App& app, int& exitCode) {
       ->capture_default_str();
   cmd->add_flag("--float32-params", o.float32Params,
                 "Weight and bias in float32 whatever the input's dtype (autocast-style 16-bit models)");
-  cmd->add_flag("--compare-prefetch", o.comparePrefetch,
-                "CPU: also time our rms_norm and add_rms_norm with the kernels' row-ahead prefetch "
-                "off, interleaved with the other variants");
   cmd->add_flag("--warm-l2", args->warmL2, "CUDA: do not flush L2 before each sample");
   cmd->add_flag("--json", args->json, "Print the results as JSON instead of a table");
   cmd->callback([args, &exitCode] {

@@ -11,7 +11,6 @@
 #include <string>
 #include <tuple>
 
-#include "foldnorm/ops/cpu_prefetch.h"
 #include "foldnorm/ops/rms_norm.h"
 #include "norm_common.h"
 #include "norm_cpu_kernels.h"
@@ -207,14 +206,6 @@ void setCpuKernelIsa(std::optional<CpuKernelIsa> isa) {
   }
   forcedIsa.store(isa ? static_cast<int>(*isa) : -1);
 }
-
-namespace {
-std::atomic<bool> prefetchRowAhead{true};
-}  // namespace
-
-bool cpuKernelPrefetch() { return prefetchRowAhead.load(std::memory_order_relaxed); }
-
-void setCpuKernelPrefetch(bool on) { prefetchRowAhead.store(on, std::memory_order_relaxed); }
 
 const char* toString(CpuKernelIsa isa) {
   if (isa == CpuKernelIsa::kAvx512) return "avx512";

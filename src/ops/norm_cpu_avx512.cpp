@@ -7,8 +7,8 @@
 // instructions. One 512-bit register holds the whole chunk, so each step is one instruction
 // (vpmovzxwd, vpslld, vpmovdw, vcvtph2ps/vcvtps2ph).
 //
-// Rows are software-pipelined two at a time (rmsRows below): the statistics of the next pair run in
-// the loop that writes this pair, and prefetch the pair after.
+// Rows are software-pipelined (rmsRows below): the statistics of the next row run in the loop
+// that writes this one.
 //
 // Same bits as norm_cpu_rows.h's AVX2 instantiation, by construction:
 //   - a chunk is the same 16 elements; the AVX2 kernel's two 8-float accumulators (elements 0-7
@@ -60,15 +60,6 @@ inline __m512 widen16(__m256i bits) {
 }
 
 inline __m256i loadBits(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// Asks for the cache line of row[j] in L2 (prefetcht2), once per 64 bytes: a chunk is 32 bytes, so
-// every other chunk. The loop that sums a pair of rows prefetches the pair after it (rmsRows), so
-// those rows' loads from memory are under way a whole pair ahead; the hardware prefetcher alone
-// left 16-bit rows at hidden 4096/8192 well short of a copy's bandwidth (docs/kernels.md).
-template <typename T>
-inline void prefetchAhead(const T* row, int64_t j) {
-  if ((j & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(row + j), _MM_HINT_T2);
-}
 
 template <typename T>
 inline __m512 load16(const T* p) {
@@ -172,59 +163,44 @@ struct RowStats {
   }
 };
 
-// The weight and bias of chunk j, loaded once for the two rows that use them (a store to y may
-// alias them as far as the compiler knows, so each row's own load would be a second L1/L2 read).
-template <bool kWeight, bool kBias>
-struct ChunkParams {
-  __m512 w, b;
-  inline ChunkParams(const float* wp, const float* bp, int64_t j) {
-    if constexpr (kWeight) w = _mm512_loadu_ps(wp + j);
-    if constexpr (kBias) b = _mm512_loadu_ps(bp + j);
-  }
-};
-
 // One chunk of the output pass from `src` (x, or with kAdd the sum row the statistics pass left in
 // the buffer, which is also copied to the sum output `sr`).
 template <typename T, bool kWeight, bool kBias, bool kStream, bool kAdd>
-inline void writeChunk(const T* src, const ChunkParams<kWeight, kBias>& p, T* yr, T* sr, int64_t j,
+inline void writeChunk(const T* src, const float* w, const float* b, T* yr, T* sr, int64_t j,
                        __m512 scale) {
   const __m256i bits = loadBits(src + j);
   if constexpr (kAdd) storeBits<kStream>(sr + j, bits);
   __m512 v = _mm512_mul_ps(widen16<T>(bits), scale);
   if constexpr (kWeight && kBias) {
-    v = _mm512_fmadd_ps(v, p.w, p.b);
+    v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + j), _mm512_loadu_ps(b + j));
   } else if constexpr (kWeight) {
-    v = _mm512_mul_ps(v, p.w);
+    v = _mm512_mul_ps(v, _mm512_loadu_ps(w + j));
   } else if constexpr (kBias) {
-    v = _mm512_add_ps(v, p.b);
+    v = _mm512_add_ps(v, _mm512_loadu_ps(b + j));
   }
   store16<T, kStream>(yr + j, v);
 }
 
-// Four rows of 16-bit patterns per thread for the fused op: the pair of sum rows being written and
-// the next pair, whose statistics fill it. Kept across calls (no allocation per call once grown).
-// Each row starts kBufferRowPad elements past the previous one's end: with rows of a whole number
-// of 4 KiB (hidden 2048, 4096, 8192), a store into one row and the load at the same position of
-// another, issued together in each step, would otherwise share their low 12 address bits (4K
-// aliasing: the load waits for the store) and their L1 set.
+// Two rows of 16-bit patterns per thread for the fused op: the sum row being written and the next
+// one, whose statistics fill it. Kept across calls (no allocation per call once grown). The second
+// row starts kBufferRowPad elements past the first's end: with rows of a whole number of 4 KiB
+// (hidden 2048, 4096, 8192), a store into one row and the load at the same position of the other,
+// issued together in each step, would otherwise share their low 12 address bits (4K aliasing: the
+// load waits for the store) and their L1 set.
 constexpr int64_t kBufferRowPad = 288;  // 576 bytes: 9 cache lines
 inline int64_t bufferRowStride(int64_t n) { return n + kBufferRowPad; }
 uint16_t* sumRowsBuffer(int64_t n) {
   thread_local std::vector<uint16_t> buffer;
-  const auto size = static_cast<std::size_t>(4 * bufferRowStride(n));
+  const auto size = static_cast<std::size_t>(2 * bufferRowStride(n));
   if (buffer.size() < size) buffer.resize(size);
   return buffer.data();
 }
 
-// The rows of one task, software-pipelined two rows at a time: the output pass of rows i, i + 1
-// runs in one loop with the statistics of rows i + 2, i + 3, which prefetches rows i + 4, i + 5
-// into L2. Why (measured, docs/kernels.md): the statistics are one FMA chain per row (4 cycles per
-// chunk whatever the width, its order fixed by the bits); interleaved with the output pass, which
-// has no chain, the latency hides. Two rows at a time give two independent chains, and each chunk
-// of weight and bias, loaded once, serves two output rows: at hidden 4096/8192 the float32 weight
-// and bias (32-64 KiB) and the rows no longer fit in L1, and one row at a time left 16-bit rows at
-// 0.5-0.7 of a copy's bandwidth. The prefetch has the next rows' loads from memory under way a
-// pair ahead. Each row's own operations and their order are unchanged: the same bits.
+// The rows of one task, software-pipelined: the output pass of row i runs in one loop with the
+// statistics pass of row i + 1. The statistics are one FMA chain (4 cycles per chunk whatever the
+// width, and its order is fixed by the bits), the output pass has no chain; interleaved, the
+// chain's latency hides behind the output work, and row i + 1's loads from memory overlap row i's
+// arithmetic. Each row's own operations and their order are unchanged.
 // The fused op (kAdd) adds and rounds each element once, in the statistics pass: the output pass
 // reads the rounded sum from the per-thread buffer (L1/L2) rather than x and r again, and writes
 // it to the sum output as it stands. Before, both passes added and rounded, which made the fused
@@ -242,101 +218,43 @@ void rmsRows(const NormCpuCall& call) {
   const float count = static_cast<float>(n);
   const float eps = static_cast<float>(call.eps);
   const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(n, 1));
-  // Prefetch off (bench-norm --compare-prefetch): the same instructions ask for the rows being
-  // summed, whose lines the loop loads anyway.
-  const int64_t lead = cpuKernelPrefetch() ? 2 : 0;
-  using Params = ChunkParams<kWeight, kBias>;
-  // Rows under 4 KiB (bfloat16 hidden < 2048) are not interleaved: write a pair, then sum the
-  // next. Measured (one thread, loaded machine) at hidden 768 the interleaved pairs took 1.4x the
-  // time of the one-row pipeline this replaced, the plain pairs about the same; cause not found
-  // (a suspect: 4K aliasing between a pair's stores and the loads two rows on).
-  const bool interleave = n * static_cast<int64_t>(sizeof(T)) >= 4096;
   static_assert(sizeof(T) == sizeof(uint16_t) && alignof(T) == alignof(uint16_t));
   at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
     if (begin >= end) return;
     T* buffers = kAdd ? reinterpret_cast<T*>(sumRowsBuffer(n)) : nullptr;
-    // Slot k % 4 of the buffer and of rstd holds the task's row k: a pair written, a pair summed.
-    auto slot = [&](int64_t row) { return (row - begin) & 3; };
-    auto bufferOf = [&](int64_t row) { return kAdd ? buffers + slot(row) * bufferRowStride(n) : nullptr; };
+    auto bufferOf = [&](int64_t row) {
+      return kAdd ? buffers + ((row - begin) & 1) * bufferRowStride(n) : nullptr;
+    };
     auto statsOf = [&](int64_t row) {
       return RowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr, bufferOf(row)};
     };
-    // A row to prefetch, or the task's last row when there is none left (lines already in cache
-    // cost next to nothing, and the loops need no branch for it).
-    auto aheadOf = [&](int64_t row) { return std::min(row, end - 1) * n; };
-    auto prefetchRows = [&](int64_t row, int64_t j) {
-      prefetchAhead(x + aheadOf(row), j);
-      prefetchAhead(x + aheadOf(row + 1), j);
-      if constexpr (kAdd) {
-        prefetchAhead(res + aheadOf(row), j);
-        prefetchAhead(res + aheadOf(row + 1), j);
-      }
-    };
-    float rstd[4];
-    // Rows `row` and (if `pair`) row + 1 summed alone: the task's first pair and its last rows.
-    auto sumRows = [&](int64_t row, bool pair) {
-      auto s0 = statsOf(row), s1 = statsOf(pair ? row + 1 : row);
-      for (int64_t j = 0; j < vectorEnd; j += kChunk) {
-        prefetchRows(row + lead, j);
-        s0.chunk(j);
-        if (pair) s1.chunk(j);
-      }
-      rstd[slot(row)] = s0.rstd(vectorEnd, n, count, eps);
-      if (pair) rstd[slot(row + 1)] = s1.rstd(vectorEnd, n, count, eps);
-    };
-    auto writeTail = [&](int64_t row) {
+    auto first = statsOf(begin);
+    for (int64_t j = 0; j < vectorEnd; j += kChunk) first.chunk(j);
+    float rstd = first.rstd(vectorEnd, n, count, eps);
+    for (int64_t row = begin; row < end; ++row) {
       const T* src = kAdd ? bufferOf(row) : x + row * n;
       T* sr = kAdd ? sum + row * n : nullptr;
       T* yr = y + row * n;
-      const float scale = rstd[slot(row)];
+      const __m512 scale = _mm512_set1_ps(rstd);
+      const bool hasNext = row + 1 < end;
+      auto next = statsOf(hasNext ? row + 1 : row);
+      if (hasNext) {
+        for (int64_t j = 0; j < vectorEnd; j += kChunk) {
+          next.chunk(j);
+          writeChunk<T, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
+        }
+      } else {
+        for (int64_t j = 0; j < vectorEnd; j += kChunk)
+          writeChunk<T, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
+      }
       for (int64_t j = vectorEnd; j < n; ++j) {
         if constexpr (kAdd) sr[j] = src[j];
-        float v = static_cast<float>(src[j]) * scale;
+        float v = static_cast<float>(src[j]) * rstd;
         if constexpr (kWeight) v *= w[j];
         if constexpr (kBias) v += b[j];
         yr[j] = static_cast<T>(v);
       }
-    };
-    auto writeAlone = [&](int64_t row) {
-      const T* src = kAdd ? bufferOf(row) : x + row * n;
-      T* sr = kAdd ? sum + row * n : nullptr;
-      const __m512 scale = _mm512_set1_ps(rstd[slot(row)]);
-      for (int64_t j = 0; j < vectorEnd; j += kChunk) {
-        writeChunk<T, kWeight, kBias, kStream, kAdd>(src, Params(w, b, j), y + row * n, sr, j, scale);
-      }
-      writeTail(row);
-    };
-    sumRows(begin, end - begin >= 2);
-    for (int64_t row = begin; row < end; row += 2) {
-      if (interleave && row + 4 <= end) {
-        // Rows row, row + 1 written; row + 2, row + 3 summed; row + 4, row + 5 prefetched.
-        const T* src0 = kAdd ? bufferOf(row) : x + row * n;
-        const T* src1 = kAdd ? bufferOf(row + 1) : x + (row + 1) * n;
-        T* s0 = kAdd ? sum + row * n : nullptr;
-        T* s1 = kAdd ? sum + (row + 1) * n : nullptr;
-        T* y0 = y + row * n;
-        T* y1 = y0 + n;
-        const __m512 scale0 = _mm512_set1_ps(rstd[slot(row)]);
-        const __m512 scale1 = _mm512_set1_ps(rstd[slot(row + 1)]);
-        auto next0 = statsOf(row + 2), next1 = statsOf(row + 3);
-        for (int64_t j = 0; j < vectorEnd; j += kChunk) {
-          prefetchRows(row + 2 + lead, j);
-          next0.chunk(j);
-          next1.chunk(j);
-          const Params p(w, b, j);
-          writeChunk<T, kWeight, kBias, kStream, kAdd>(src0, p, y0, s0, j, scale0);
-          writeChunk<T, kWeight, kBias, kStream, kAdd>(src1, p, y1, s1, j, scale1);
-        }
-        writeTail(row);
-        writeTail(row + 1);
-        rstd[slot(row + 2)] = next0.rstd(vectorEnd, n, count, eps);
-        rstd[slot(row + 3)] = next1.rstd(vectorEnd, n, count, eps);
-      } else {
-        // Narrow rows, and the task's last one to three rows: unpipelined.
-        writeAlone(row);
-        if (row + 1 < end) writeAlone(row + 1);
-        if (row + 2 < end) sumRows(row + 2, row + 3 < end);
-      }
+      if (hasNext) rstd = next.rstd(vectorEnd, n, count, eps);
     }
     if constexpr (kStream) _mm_sfence();
   });

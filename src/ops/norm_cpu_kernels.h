@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "foldnorm/ops/cpu_prefetch.h"  // cpuKernelPrefetch(), read once per call by the RMS rows
 #include "norm_common.h"
 
 namespace foldnorm::ops {

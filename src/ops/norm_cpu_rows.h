@@ -6,9 +6,9 @@
 //
 // Per row (one thread per row, rows split over at::parallel_for):
 //   RMS:   pass 1 reads x once for sum(x^2); pass 2 re-reads x (now in L1/L2) and writes
-//          y = (x * rstd) * w + b, with w/b fused; pass 2 of rows i, i + 1 runs in one loop with
-//          pass 1 of rows i + 2, i + 3 (rmsRowsPipelined). The fused add: pass 1 adds and rounds
-//          x + r once, into a per-thread row buffer that pass 2 reads and copies to `sum`.
+//          y = (x * rstd) * w + b, with w/b fused; pass 2 of row i runs in one loop with pass 1
+//          of row i + 1 (rmsRowsPipelined). The fused add: pass 1 adds and rounds x + r once,
+//          keeping the sum in a per-thread row buffer that pass 2 reads and copies to `sum`.
 //   Layer: pass 1 sum(x) -> mean; pass 2 sum((x - mean)^2) from cache (two-pass, no cancellation);
 //          pass 3 y = ((x - mean) * rstd) * w + b. (ATen's CPU form x * rstd + (-mean * rstd) loses
 //          the exact zero of x == mean: with N = 1 it returns rounding noise times 1/sqrt(eps).)
@@ -211,47 +211,32 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
   return s;
 }
 
-// The weight and bias of chunk j as accumulator vectors: loaded (and for 16-bit parameters
-// converted) once for the two RMS rows that use them (rmsRowsPipelined).
-template <typename T, typename P, bool kWeight, bool kBias>
-struct ChunkParams {
-  using Acc = typename ChunkOf<T>::Acc;
-  Vectorized<Acc> wLo, wHi, bLo, bHi;
-  inline ChunkParams(const P* w, const P* b, int64_t j) {
-    if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
-    if constexpr (kWeight) loadChunk<Acc>(w + j, wLo, wHi);
-  }
-};
-
 // The output step of both norms' chunks: (lo, hi) [* w] [+ b] (one fma with both), then stored
 // or streamed to y + j.
 template <typename T, typename P, bool kWeight, bool kBias, bool kStream>
-inline void finishChunkWith(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
-                            const ChunkParams<T, P, kWeight, kBias>& p, T* y, int64_t j) {
+inline void finishChunk(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
+                        const P* w, const P* b, T* y, int64_t j) {
   using Acc = typename ChunkOf<T>::Acc;
+  Vectorized<Acc> wLo, wHi, bLo, bHi;
+  if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
   if constexpr (kWeight) {
+    loadChunk<Acc>(w + j, wLo, wHi);
     if constexpr (kBias) {
-      lo = at::vec::fmadd(lo, p.wLo, p.bLo);
-      hi = at::vec::fmadd(hi, p.wHi, p.bHi);
+      lo = at::vec::fmadd(lo, wLo, bLo);
+      hi = at::vec::fmadd(hi, wHi, bHi);
     } else {
-      lo = lo * p.wLo;
-      hi = hi * p.wHi;
+      lo = lo * wLo;
+      hi = hi * wHi;
     }
   } else if constexpr (kBias) {
-    lo = lo + p.bLo;
-    hi = hi + p.bHi;
+    lo = lo + bLo;
+    hi = hi + bHi;
   }
   if constexpr (kStream) {
     streamChunk<Acc>(y + j, lo, hi);
   } else {
     storeChunk<Acc>(y + j, lo, hi);
   }
-}
-
-template <typename T, typename P, bool kWeight, bool kBias, bool kStream>
-inline void finishChunk(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
-                        const P* w, const P* b, T* y, int64_t j) {
-  finishChunkWith<T, P, kWeight, kBias, kStream>(lo, hi, ChunkParams<T, P, kWeight, kBias>(w, b, j), y, j);
 }
 
 // y = ((x - center) * scale) [* w] [+ b]: LayerNorm's output pass (RMS rows: writeRmsChunk).
@@ -360,7 +345,7 @@ struct RmsRowStats {
 // One chunk of an RMS row's output from `src` (x, or for the fused op the rounded sum the
 // statistics pass left in the row buffer, which is copied to the sum output `s` as it stands).
 template <typename T, typename P, bool kWeight, bool kBias, bool kStream, bool kAdd>
-inline void writeRmsChunk(const T* src, const ChunkParams<T, P, kWeight, kBias>& p, T* y, T* s, int64_t j,
+inline void writeRmsChunk(const T* src, const P* w, const P* b, T* y, T* s, int64_t j,
                           const Vectorized<typename ChunkOf<T>::Acc>& scale) {
   using Acc = typename ChunkOf<T>::Acc;
   Vectorized<Acc> lo, hi;
@@ -368,14 +353,14 @@ inline void writeRmsChunk(const T* src, const ChunkParams<T, P, kWeight, kBias>&
   loadChunk<Acc>(src + j, lo, hi);
   lo = lo * scale;
   hi = hi * scale;
-  finishChunkWith<T, P, kWeight, kBias, kStream>(lo, hi, p, y, j);
+  finishChunk<T, P, kWeight, kBias, kStream>(lo, hi, w, b, y, j);
 }
 
-// Four rows of T per thread for the fused op: the pair of sum rows being written and the next
-// pair, whose statistics fill it. Kept across calls (no allocation per call once grown). Each row
-// starts 576 bytes (9 cache lines) past the previous one's end: with rows of a whole number of 4
-// KiB, a store into one row and the load at the same position of another, issued together in each
-// step, would otherwise share their low 12 address bits (4K aliasing: the load waits) and L1 set.
+// Two rows of T per thread for the fused op: the sum row being written and the next one, whose
+// statistics fill it. Kept across calls (no allocation per call once grown). The second row starts
+// 576 bytes (9 cache lines) past the first's end: with rows of a whole number of 4 KiB, a store
+// into one row and the load at the same position of the other, issued together in each step,
+// would otherwise share their low 12 address bits (4K aliasing: the load waits) and their L1 set.
 template <typename T>
 int64_t bufferRowStride(int64_t n) {
   return n + 576 / static_cast<int64_t>(sizeof(T));
@@ -383,35 +368,23 @@ int64_t bufferRowStride(int64_t n) {
 template <typename T>
 T* sumRowsBuffer(int64_t n) {
   thread_local std::vector<T> buffer;
-  const auto size = static_cast<std::size_t>(4 * bufferRowStride<T>(n));
+  const auto size = static_cast<std::size_t>(2 * bufferRowStride<T>(n));
   if (buffer.size() < size) buffer.resize(size);
   return buffer.data();
 }
 
-// Asks for the lines of chunk j of `row` in L2 (__builtin_prefetch locality 1: prefetcht2 on x86),
-// once per 64-byte line (a 32-byte chunk every other time): rmsRowsPipelined's loops prefetch a pair ahead.
-template <typename T>
-inline void prefetchChunkAhead(const T* row, int64_t j) {
-  constexpr int64_t kBytes = ChunkOf<T>::kSize * static_cast<int64_t>(sizeof(T));
-  const char* p = reinterpret_cast<const char*>(row + j);
-  if constexpr (kBytes >= 64) {
-    for (int64_t k = 0; k < kBytes; k += 64) __builtin_prefetch(p + k, 0, 1);
-  } else {
-    static_assert(64 % kBytes == 0);
-    if ((j * static_cast<int64_t>(sizeof(T))) % 64 == 0) __builtin_prefetch(p, 0, 1);
-  }
-}
-
-// RMS rows (and the fused add) of one task, software-pipelined two rows at a time; why, and why
-// the bits are unchanged: norm_cpu_avx512.cpp's rmsRows, the same schedule. Each row's operations
-// and their order are those of sumSquaredDeviations + writeRow. The fused op adds and rounds each
-// element once, in the statistics pass; the output pass reads the rounded sum back from the row
-// buffer instead of re-adding x and r (with AVX2 a 16-bit rounding costs more than the arithmetic).
+// RMS rows (and the fused add) of one task, software-pipelined as in norm_cpu_avx512.cpp: the
+// output pass of row i runs in one loop with the statistics pass of row i + 1, so the statistics'
+// FMA chain (whose order the bits fix) hides behind the output pass's independent work and row
+// i + 1's loads from memory overlap row i's arithmetic. Each row's operations and their order are
+// those of sumSquaredDeviations + writeRow, so the bits are unchanged. The fused op adds and rounds
+// each element once, in the statistics pass; the output pass reads the rounded sum back from the
+// per-thread row buffer (in L1/L2) instead of re-adding x and r: with AVX2 a 16-bit rounding
+// costs far more than the arithmetic, and doing it twice made the fused op slower than the pair.
 template <typename T, typename P, bool kWeight, bool kBias, bool kStream, bool kAdd>
 void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   using C = ChunkOf<T>;
   using Acc = typename C::Acc;
-  using Params = ChunkParams<T, P, kWeight, kBias>;
   if (begin >= end) return;
   const T* x = static_cast<const T*>(call.x);
   const T* res = static_cast<const T*>(call.residual);
@@ -423,94 +396,41 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   const int64_t vectorEnd = n - n % C::kSize;
   const Acc count = static_cast<Acc>(n);
   const Acc eps = static_cast<Acc>(call.eps);
-  // Rows under 4 KiB are not interleaved (why: norm_cpu_avx512.cpp's rmsRows).
-  const bool interleave = n * static_cast<int64_t>(sizeof(T)) >= 4096;
   T* buffers = kAdd ? sumRowsBuffer<T>(n) : nullptr;
-  // Slot k % 4 of the buffer and of rstd holds the task's row k: a pair written, a pair summed.
-  auto slot = [&](int64_t row) { return (row - begin) & 3; };
-  auto bufferOf = [&](int64_t row) { return kAdd ? buffers + slot(row) * bufferRowStride<T>(n) : nullptr; };
+  auto bufferOf = [&](int64_t row) {
+    return kAdd ? buffers + ((row - begin) & 1) * bufferRowStride<T>(n) : nullptr;
+  };
   auto statsOf = [&](int64_t row) {
     return RmsRowStats<T, kAdd>{x + row * n, kAdd ? res + row * n : nullptr, bufferOf(row)};
   };
-  // Prefetch off (bench-norm --compare-prefetch): the same instructions ask for the rows being
-  // summed, whose lines the loop loads anyway.
-  const int64_t lead = cpuKernelPrefetch() ? 2 : 0;
-  // A row to prefetch, or the task's last row when there is none left (lines already in cache
-  // cost next to nothing, and the loops need no branch for it).
-  auto aheadOf = [&](int64_t row) { return std::min(row, end - 1) * n; };
-  auto prefetchRows = [&](int64_t row, int64_t j) {
-    prefetchChunkAhead(x + aheadOf(row), j);
-    prefetchChunkAhead(x + aheadOf(row + 1), j);
-    if constexpr (kAdd) {
-      prefetchChunkAhead(res + aheadOf(row), j);
-      prefetchChunkAhead(res + aheadOf(row + 1), j);
-    }
-  };
-  Acc rstd[4];
-  // Rows `row` and (if `pair`) row + 1 summed alone: the task's first pair and its last rows.
-  auto sumRows = [&](int64_t row, bool pair) {
-    auto s0 = statsOf(row), s1 = statsOf(pair ? row + 1 : row);
-    for (int64_t j = 0; j < vectorEnd; j += C::kSize) {
-      prefetchRows(row + lead, j);
-      s0.chunk(j);
-      if (pair) s1.chunk(j);
-    }
-    rstd[slot(row)] = s0.rstd(vectorEnd, n, count, eps);
-    if (pair) rstd[slot(row + 1)] = s1.rstd(vectorEnd, n, count, eps);
-  };
-  auto writeTail = [&](int64_t row) {
+  auto first = statsOf(begin);
+  for (int64_t j = 0; j < vectorEnd; j += C::kSize) first.chunk(j);
+  Acc rstd = first.rstd(vectorEnd, n, count, eps);
+  for (int64_t row = begin; row < end; ++row) {
     const T* src = kAdd ? bufferOf(row) : x + row * n;
     T* sr = kAdd ? sum + row * n : nullptr;
     T* yr = y + row * n;
-    const Acc scale = rstd[slot(row)];
+    const typename C::AccVec scale(rstd);
+    const bool hasNext = row + 1 < end;
+    auto next = statsOf(hasNext ? row + 1 : row);
+    if (hasNext) {
+      for (int64_t j = 0; j < vectorEnd; j += C::kSize) {
+        next.chunk(j);
+        writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
+      }
+    } else {
+      for (int64_t j = 0; j < vectorEnd; j += C::kSize)
+        writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src, w, b, yr, sr, j, scale);
+    }
     for (int64_t j = vectorEnd; j < n; ++j) {
       if constexpr (kAdd) sr[j] = src[j];
       Acc v = static_cast<Acc>(src[j]);
-      v *= scale;
+      v *= rstd;
       if constexpr (kWeight) v *= static_cast<Acc>(w[j]);
       if constexpr (kBias) v += static_cast<Acc>(b[j]);
       yr[j] = static_cast<T>(v);
     }
-  };
-  auto writeAlone = [&](int64_t row) {
-    const T* src = kAdd ? bufferOf(row) : x + row * n;
-    T* sr = kAdd ? sum + row * n : nullptr;
-    const typename C::AccVec scale(rstd[slot(row)]);
-    for (int64_t j = 0; j < vectorEnd; j += C::kSize) {
-      writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src, Params(w, b, j), y + row * n, sr, j, scale);
-    }
-    writeTail(row);
-  };
-  sumRows(begin, end - begin >= 2);
-  for (int64_t row = begin; row < end; row += 2) {
-    if (interleave && row + 4 <= end) {
-      // Rows row, row + 1 written; row + 2, row + 3 summed; row + 4, row + 5 prefetched.
-      const T* src0 = kAdd ? bufferOf(row) : x + row * n;
-      const T* src1 = kAdd ? bufferOf(row + 1) : x + (row + 1) * n;
-      T* s0 = kAdd ? sum + row * n : nullptr;
-      T* s1 = kAdd ? sum + (row + 1) * n : nullptr;
-      T* y0 = y + row * n;
-      T* y1 = y0 + n;
-      const typename C::AccVec scale0(rstd[slot(row)]), scale1(rstd[slot(row + 1)]);
-      auto next0 = statsOf(row + 2), next1 = statsOf(row + 3);
-      for (int64_t j = 0; j < vectorEnd; j += C::kSize) {
-        prefetchRows(row + 2 + lead, j);
-        next0.chunk(j);
-        next1.chunk(j);
-        const Params p(w, b, j);
-        writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src0, p, y0, s0, j, scale0);
-        writeRmsChunk<T, P, kWeight, kBias, kStream, kAdd>(src1, p, y1, s1, j, scale1);
-      }
-      writeTail(row);
-      writeTail(row + 1);
-      rstd[slot(row + 2)] = next0.rstd(vectorEnd, n, count, eps);
-      rstd[slot(row + 3)] = next1.rstd(vectorEnd, n, count, eps);
-    } else {
-      // Narrow rows, and the task's last one to three rows: unpipelined.
-      writeAlone(row);
-      if (row + 1 < end) writeAlone(row + 1);
-      if (row + 2 < end) sumRows(row + 2, row + 3 < end);
-    }
+    if (hasNext) rstd = next.rstd(vectorEnd, n, count, eps);
   }
 }
 

@@ -39,10 +39,6 @@ struct BenchNormOptions {
   // CPU our kernels take such parameters as they are, on CUDA the register path loads them as two
   // 16-byte vectors per vector of x). Off: the input's dtype.
   bool float32Params = false;
-  // CPU: also time our rms_norm and add_rms_norm with the kernels' row-ahead prefetch off
-  // (foldnorm::ops::setCpuKernelPrefetch), interleaved with the rest, so one run shows what it
-  // gains. The default (prefetch on) is what the other variants time.
-  bool comparePrefetch = false;
 };
 
 struct VariantTiming {
@@ -86,9 +82,6 @@ inline constexpr const char* kAtenAddOursRmsVariant = "aten::add+foldnorm::rms_n
 inline constexpr const char* kAtenAddLayerVariant = "aten::add+aten::layer_norm";
 // What the fold writes for an inserted centering (method.md section 8): x - x.mean(-1, keepdim).
 inline constexpr const char* kAtenCenterVariant = "aten::mean+sub (centering)";
-// With comparePrefetch: ours with the CPU kernels' row-ahead prefetch off.
-inline constexpr const char* kOursRmsNoPrefetchVariant = "foldnorm::rms_norm (no prefetch)";
-inline constexpr const char* kOursAddRmsNoPrefetchVariant = "foldnorm::add_rms_norm (no prefetch)";
 
 /// Checks the options (throws foldnorm::Error naming the bad one) and runs every shape;
 /// progress lines go to `progress`.
