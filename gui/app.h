@@ -77,7 +77,8 @@ struct FoldState {
   std::vector<std::string> details;         // the verification's summary lines
   std::vector<OutputCheck> checks;          // the verification table: one row per output and dtype
   bool verified = false;
-  bool equivalent = false;
+  bool equivalent = false;            // Verification::passed()
+  bool predictionsUnchanged = false;  // no float32 argmax flip at all
   // The folded model's own graph (the folded file re-imported; no analysis of its own), what the
   // fold did to it (render/folded_view.h), and its dataflow scene once the canvas built it.
   std::shared_ptr<const LoadedModel> folded;

@@ -176,6 +176,7 @@ std::string dumpStateJson(const App& app, uint64_t measuredFromFrame) {
   j["fold"] = {{"summary", ui.fold.summary ? *ui.fold.summary : std::string()},
                {"verified", ui.fold.verified},
                {"equivalent", ui.fold.equivalent},
+               {"predictions_unchanged", ui.fold.predictionsUnchanged},
                {"verificationRows", ui.fold.checks.size()},
                {"details", ui.fold.details},
                {"foldedGraphNodes", ui.fold.folded ? ui.fold.folded->imported().graph.nodeCount() : 0},
