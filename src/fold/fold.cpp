@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/write_file.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "fold_internal.h"
 
@@ -64,11 +65,9 @@ Verification verifyFold(const ImportedModel& model, const AnalysisResult& analys
 void checkOutputPath(const std::string& inputPath, const std::string& outPath) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (outPath.empty()) throw Error("no output path (-o OUT.pt)");
-  if (fs::exists(outPath, ec) && fs::exists(inputPath, ec) && fs::equivalent(inputPath, outPath, ec))
-    throw Error("refusing to overwrite the input model '" + inputPath + "': choose another -o");
-  if (fs::weakly_canonical(inputPath, ec) == fs::weakly_canonical(outPath, ec))
-    throw Error("refusing to overwrite the input model '" + inputPath + "': choose another -o");
+  if (outPath.empty()) throw Error("no output path for the folded model");
+  if (samePath(inputPath, outPath))
+    throw Error("refusing to overwrite the input model '" + inputPath + "': choose another output path");
   auto dir = fs::path(outPath).parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) throw Error("output directory '" + dir.string() + "' does not exist");
