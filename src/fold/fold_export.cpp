@@ -9,6 +9,7 @@
 #include "export_internal.h"
 #include "fold_internal.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/memory.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold_support.h"
 #include "foldnorm/import/export.h"
@@ -79,6 +80,7 @@ Verification verify(const ImportedModel& model, const ExportArchive& archive, co
   const std::size_t n = sets.size();
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   auto step = [&](const char* what, std::size_t r) {
+    releaseFreedHeap();  // the last run's freed values are not kept under the next (common/memory.h)
     progress(std::string("verifying ") + what + ": input set " + std::to_string(r + 1) + "/" + std::to_string(n));
   };
   const State state = archiveState(archive);

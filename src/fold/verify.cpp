@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "foldnorm/common/memory.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/fold/fold_support.h"
@@ -158,7 +159,11 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
 
   for (std::size_t r = 0; r < inputSets.size(); ++r) {
     // One line per kind of run: the memory table (fold_memory.h) times each as a step.
-    auto say = [&](const char* what) { progress(strf("verifying on input set %zu/%zu: %s", r + 1, inputSets.size(), what)); };
+    // Each run starts on a trimmed heap: the last run's freed activations are not kept under it.
+    auto say = [&](const char* what) {
+      releaseFreedHeap();
+      progress(strf("verifying on input set %zu/%zu: %s", r + 1, inputSets.size(), what));
+    };
     say("float32 (original, folded)");
     auto in32 = retargetInputs(inputSets[r], {std::nullopt, device});
     auto b = runGraph(folded32, folded32Graph, in32);

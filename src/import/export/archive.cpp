@@ -234,7 +234,7 @@ ExportArchive readExportArchive(const std::string& path) {
     if (out.archiveFormat != "pt2")
       fail("has models/model.json but archive_format is '" + out.archiveFormat + "', not 'pt2'");
     if (out.archiveVersion != "0")
-      fail("is a PT2 archive of version '" + out.archiveVersion + "'; foldnorm reads version 0 (torch 2.9 to 2.11)");
+      fail("is a PT2 archive of version '" + out.archiveVersion + "'; foldnorm reads version 0 (written by torch 2.9 and newer; checked with 2.9 to 2.14)");
     if (has("byteorder")) {
       auto order = recordText(*reader, "byteorder");
       if (order != "little") fail("stores tensors in byte order '" + order + "'; foldnorm reads little-endian only");
@@ -269,7 +269,7 @@ ExportArchive readExportArchive(const std::string& path) {
     if (out.schemaMajor != kExportSchemaMajor)
       fail("uses export schema " + std::to_string(out.schemaMajor) + "." + std::to_string(out.schemaMinor) +
            " (written by torch " + (out.torchVersion.empty() ? "?" : out.torchVersion) +
-           "); foldnorm reads schema major " + std::to_string(kExportSchemaMajor) + " (torch 2.9 to 2.11)");
+           "); foldnorm reads schema major " + std::to_string(kExportSchemaMajor) + " (written by torch 2.9 and newer; checked with 2.9 to 2.14)");
 
     out.weightsConfig = parseJson(recordText(*reader, "data/weights/model_weights_config.json"),
                                   "data/weights/model_weights_config.json", path);

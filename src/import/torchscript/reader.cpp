@@ -4,6 +4,7 @@
 // node and value; infer module paths (a graph pass); check the input spec and record concrete
 // shapes by running a copy of the graph whose every tensor value is an extra output.
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/memory.h"
 #include "steps.h"
 
 namespace foldnorm::torchscript {
@@ -58,6 +59,7 @@ ImportedModel importModule(jit::Module module, std::shared_ptr<const std::string
   tm->exampleInputs = makeInputs(specs, options.seed);
   if (options.progress) options.progress("recording shapes (one run on the example inputs)");
   recordShapes(result.graph, *tm, specs);
+  releaseFreedHeap();  // the recording run's activations: as much again as the model, for GPT-2 XL
   result.torch = tm;
   return result;
 }
