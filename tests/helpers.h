@@ -2,6 +2,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -24,6 +25,15 @@ inline void removeFlatDir(const std::filesystem::path& dir) {
     ::closedir(d);
   }
   ::rmdir(dir.c_str());
+}
+
+/// The id of a process that has just ended (a child that exits at once, reaped): what a save
+/// killed before its rename leaves in a temporary file's name.
+inline long deadProcessId() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return static_cast<long>(child);
 }
 
 /// A fresh folder per object (name prefix, pid, counter), removed with its files at the end.

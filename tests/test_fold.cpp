@@ -239,6 +239,17 @@ TEST_CASE("a saved fold loads in C++ and writes atomically, and bad output paths
     auto expected = runGraph(folded.torch->module, folded.torch->graph, inputs).at(0);
     CHECK(reloaded.allclose(expected, 0, 0));
   }
+  SECTION("a killed save's temporary file is removed by the next save, a running one's is kept") {
+    const std::string dead = out + ".tmp-" + std::to_string(foldnorm::test::deadProcessId());
+    const std::string running = out + ".tmp-1";  // init runs as long as the machine
+    std::ofstream(dead) << "half a model";
+    std::ofstream(running) << "another save in progress";
+    saveFolded(folded, a.model, out);
+    CHECK_FALSE(std::filesystem::exists(dead));
+    CHECK(std::filesystem::exists(running));
+    CHECK(std::filesystem::exists(out));
+    std::filesystem::remove(running);
+  }
   SECTION("the input path is refused") {
     CHECK_THROWS_WITH(checkOutputPath(a.model.path, a.model.path), Catch::Contains("refusing to overwrite"));
     CHECK_THROWS_WITH(saveFolded(folded, a.model, a.model.path), Catch::Contains("refusing to overwrite"));

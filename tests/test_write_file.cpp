@@ -66,3 +66,24 @@ TEST_CASE("writeFileAtomically refuses bad targets with one line and writes noth
   }
   CHECK(filesIn(dir.path) == 1);
 }
+
+TEST_CASE("removeStaleTemporaries removes a killed save's file and folder, nothing else", "[unit][write_file]") {
+  foldnorm::test::ScratchDir dir("write-file");
+  const auto dead = std::to_string(foldnorm::test::deadProcessId());
+  auto at = [&](const std::string& name) { return (dir.path / name).string(); };
+  std::ofstream(at("out.pt.tmp-" + dead)) << "half a model";              // fold.cpp's temporary
+  std::filesystem::create_directory(at(".foldnorm-tmp-" + dead));           // export_write.cpp's
+  std::ofstream(at(".foldnorm-tmp-" + dead + "/out.pt2")) << "half an archive";
+  std::ofstream(at("out.pt.tmp-1")) << "a running process's save";         // pid 1 runs
+  std::ofstream(at("out.pt.tmp-" + dead + "x")) << "not a process id";
+  std::ofstream(at("other.pt.tmp-" + dead)) << "another output's";
+  foldnorm::removeStaleTemporaries(dir.path.string(), "out.pt.tmp-");
+  foldnorm::removeStaleTemporaries(dir.path.string(), ".foldnorm-tmp-");
+  CHECK_FALSE(std::filesystem::exists(at("out.pt.tmp-" + dead)));
+  CHECK_FALSE(std::filesystem::exists(at(".foldnorm-tmp-" + dead)));
+  CHECK(std::filesystem::exists(at("out.pt.tmp-1")));
+  CHECK(std::filesystem::exists(at("out.pt.tmp-" + dead + "x")));
+  CHECK(std::filesystem::exists(at("other.pt.tmp-" + dead)));
+  CHECK(filesIn(dir.path) == 3);
+  foldnorm::removeStaleTemporaries((dir.path / "missing").string(), "x");  // no folder: nothing, no throw
+}

@@ -1,6 +1,8 @@
 #include "foldnorm/common/write_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +77,48 @@ void writeFileAtomically(const std::string& targetName, const std::string& bytes
     int err = errno;
     ::unlink(temp.c_str());
     throw Error("cannot write '" + targetName + "': " + std::strerror(err));
+  }
+}
+
+namespace {
+// The process id `name` ends with after `prefix`, or -1 when the rest is not all digits.
+long processIdAfter(const std::string& name, const std::string& prefix) {
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stol(digits);
+}
+
+bool processRuns(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH); }
+
+// POSIX calls only: libtorch exports its own std::filesystem::remove_all, which crashes in our binaries.
+void removeFolderOfFiles(const std::string& path) {
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") ::unlink((path + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(path.c_str());
+}
+}  // namespace
+
+void removeStaleTemporaries(const std::string& folder, const std::string& prefix) {
+  const std::string dir = folder.empty() ? "." : folder;
+  std::vector<std::string> stale;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const long pid = processIdAfter(e->d_name, prefix);
+      if (pid > 0 && !processRuns(pid)) stale.push_back(dir + "/" + e->d_name);
+    }
+    ::closedir(d);
+  }
+  for (const auto& path : stale) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) removeFolderOfFiles(path);
+    else if (S_ISREG(st.st_mode)) ::unlink(path.c_str());
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "export_internal.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/write_file.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
 
@@ -107,6 +108,7 @@ void saveFoldedExport(const FoldedExport& folded, const ImportedModel& model, co
   // The archive's root folder is named after the file, so the temporary file has the output's
   // name, in a private folder next to it (same file system: the rename is atomic).
   auto dir = fs::path(outPath).parent_path();
+  removeStaleTemporaries(dir.string(), ".foldnorm-tmp-");  // what a killed save left
   auto tmpDir = (dir.empty() ? fs::path(".") : dir) / (".foldnorm-tmp-" + std::to_string(::getpid()));
   auto tmp = tmpDir / fs::path(outPath).filename();
   std::error_code ec;

@@ -81,6 +81,8 @@ void saveFolded(const FoldedModel& folded, const ImportedModel& original, const 
   jit::ExtraFilesMap extra;
   extra[kInputSpecExtraFile] = inputSpecsToJson(original.inputSpecs);
   extra[kFoldReportExtraFile] = toJson(folded.report).dump(2);
+  const std::string tmpPrefix = fs::path(outPath).filename().string() + ".tmp-";
+  removeStaleTemporaries(fs::path(outPath).parent_path().string(), tmpPrefix);  // what a killed save left
   auto tmp = outPath + ".tmp-" + std::to_string(::getpid());
   try {
     folded.torch->module.save(tmp, extra);

@@ -23,4 +23,10 @@ void checkOutputFile(const std::string& target, const std::vector<std::string>& 
 void writeFileAtomically(const std::string& target, const std::string& bytes,
                          const std::vector<std::string>& protectedPaths = {});
 
+/// Removes what saves killed before their rename left in `folder`: entries named `prefix`
+/// followed by the id of a process that no longer runs (fold.cpp's `OUT.tmp-PID` file,
+/// export_write.cpp's `.foldnorm-tmp-PID/` folder of files). A running process's temporaries
+/// (another save in progress) are never touched; nothing else is. Best effort: never throws.
+void removeStaleTemporaries(const std::string& folder, const std::string& prefix);
+
 }  // namespace foldnorm
