@@ -120,6 +120,30 @@ TEST_CASE("the scene gives each LN, leaf, breaker and unsafe consumer its role",
   }
 }
 
+TEST_CASE("a parameter added directly is marked as a leaf on the op that reads it", "[render]") {
+  // ln(fc(x) + pos): pos is centred like fc's weight, but its read is plumbing, hidden from the
+  // view; the add, which shows pos among its parameters, carries the mark.
+  const std::string ir =
+      "graph(%x : Tensor, %fc__weight : Tensor, %fc__bias : Tensor, %pos : Tensor, %ln_w : Tensor, %ln_b : Tensor):\n"
+      "  %one : int = prim::Constant[value=1]()\n"
+      "  %y : Tensor = aten::linear(%x, %fc__weight, %fc__bias)\n"
+      "  %r : Tensor = aten::add(%y, %pos, %one)\n" +
+      test::layerNorm("r", "z", 8) + "  return (%z)\n";
+  Rendered r{analyzeIr({ir, {parseInputSpec("2x3x8")},
+                        {{"fc__weight", parseInputSpec("8x8")}, {"fc__bias", parseInputSpec("8")},
+                         {"pos", parseInputSpec("3x8")}, {"ln_w", parseInputSpec("8")}, {"ln_b", parseInputSpec("8")}}}),
+             {}};
+  REQUIRE(r.a.result.layerNorms.size() == 1);
+  REQUIRE(r.a.ln(0).foldable);
+  REQUIRE(r.a.planFor("pos") != nullptr);
+  r.scene = buildScene(r.a.model.graph, r.a.result, {}, "pos.pt");
+  const auto& add = r.only("aten::add");
+  CHECK(add.role == NodeRole::Leaf);
+  CHECK(std::find(add.lines.begin(), add.lines.end(), "leaf: center") != add.lines.end());
+  CHECK_THAT(add.tooltip, Catch::Contains("leaf (parameter pos), centered by the fold"));
+  CHECK(r.only("aten::linear").role == NodeRole::Leaf);
+}
+
 TEST_CASE("the DOT text has the nodes, verdict colours, clusters and the legend", "[render]") {
   auto r = renderThreeBlocks();
   std::string dot = toDot(r.scene);

@@ -173,6 +173,19 @@ class SceneBuilder {
 
   void markLeaf(const Leaf& leaf, const std::string& why) {
     ViewIndex v = view_.indexOf(leaf.node);
+    if (v == kNone && leaf.kind == LeafKind::Parameter && leaf.output != kNone) {
+      // A parameter read directly (x + pos): its read is plumbing, hidden; the op that shows the
+      // parameter among its own ("pos: pos [8, 32]") is where the centering is marked.
+      for (const auto& use : g_.value(leaf.output).uses)
+        if (ViewIndex u = view_.indexOf(use.node); u != kNone) {
+          raise(marks_[u], NodeRole::Leaf);
+          marks_[u].leaf = true;
+          const ParamId param = g_.value(leaf.output).param;
+          marks_[u].notes.push_back("leaf (parameter " + (param == kNone ? std::string("read here") : g_.parameter(param).path) +
+                                    "), " + why);
+        }
+      return;
+    }
     if (v == kNone) return;
     if (leaf.kind == LeafKind::InsertedCentering) {
       raise(marks_[v], NodeRole::InsertedCentering);
