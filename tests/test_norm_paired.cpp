@@ -10,37 +10,23 @@
 // Rows alone run the paired code too (writeAlone), so each row is also compared with the one-row
 // pipeline's bits, reached through the fused op, which stays on it at every width: add_rms_norm(x,
 // -0) normalizes round(x + -0) = x (x + -0 is x for every x, a zero's sign included) with the same
-// operations in the same order, so its normed output is rms_norm(x)'s bit for bit. A float64 reference says the
-// equal bits are right ones.
+// operations in the same order, so its normed output is rms_norm(x)'s bit for bit. A float64
+// reference says the equal bits are right ones.
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
 #include <vector>
 
 #include "foldnorm/ops/rms_norm.h"
+#include "norm_rows_helpers.h"
 #include "ops_test_helpers.h"
 
 namespace {
 
 using foldnorm::test::IsaScope;
 using foldnorm::test::isasOnThisCpu;
-
-at::Tensor bitsOf(const at::Tensor& t) {
-  const auto c = t.contiguous();
-  return c.element_size() == 2 ? c.view(torch::kInt16) : c.element_size() == 4 ? c.view(torch::kInt32) : c.view(torch::kInt64);
-}
-
-// [rows, cols] starting `offset` elements into a larger buffer; row k scaled by 4^(k % 5 - 2), so
-// a row normalized with another row's statistics shows.
-at::Tensor scaledRows(int64_t rows, int64_t cols, int64_t offset, torch::Dtype dtype, uint64_t seed) {
-  torch::manual_seed(seed);
-  auto scales = torch::pow(4.0, torch::arange(rows, torch::kFloat64).remainder(5) - 2).unsqueeze(1);
-  auto values = (torch::randn({rows, cols}, torch::kFloat64) * scales).to(dtype);
-  auto storage = torch::zeros({rows * cols + offset}, dtype);
-  auto view = storage.narrow(0, offset, rows * cols).view({rows, cols});
-  view.copy_(values);
-  return view;
-}
+using foldnorm::test::scaledRows;
+const auto bitsOf = foldnorm::test::rawBits;
 
 std::optional<at::Tensor> maybe(bool present, const at::Tensor& t) {
   return present ? std::optional<at::Tensor>(t) : std::nullopt;
