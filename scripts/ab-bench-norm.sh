@@ -20,7 +20,8 @@
 #
 # OUTDIR must not exist or be empty. It gets run-K-{old,new}.json (each run's JSON), .log
 # (progress), commands.txt, machine.txt (load before each run) and summary.txt (the table).
-# At the defaults one run takes about 6 minutes on the 2-core dev machine when it is quiet.
+# At the defaults one bench-norm run took 4.5 minutes on the 2-core dev machine at load 7 (so a
+# loaded A/B takes about 27 minutes and times only the load); quiet, expect well under that.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
