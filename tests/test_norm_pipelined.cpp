@@ -11,28 +11,15 @@
 #include <tuple>
 
 #include "foldnorm/ops/rms_norm.h"
+#include "norm_rows_helpers.h"
 #include "ops_test_helpers.h"
 
 namespace {
 
 using foldnorm::test::IsaScope;
 using foldnorm::test::isasOnThisCpu;
-
-at::Tensor bits(const at::Tensor& t) {
-  const auto c = t.contiguous();
-  return c.element_size() == 2 ? c.view(torch::kInt16) : c.element_size() == 4 ? c.view(torch::kInt32) : c.view(torch::kInt64);
-}
-
-// [rows, cols] starting `offset` elements into a larger buffer; row k scaled by 4^(k % 5 - 2).
-at::Tensor rowsAt(int64_t rows, int64_t cols, int64_t offset, torch::Dtype dtype, uint64_t seed) {
-  torch::manual_seed(seed);
-  auto scales = torch::pow(4.0, torch::arange(rows, torch::kFloat64).remainder(5) - 2).unsqueeze(1);
-  auto values = (torch::randn({rows, cols}, torch::kFloat64) * scales).to(dtype);
-  auto storage = torch::zeros({rows * cols + offset}, dtype);
-  auto view = storage.narrow(0, offset, rows * cols).view({rows, cols});
-  view.copy_(values);
-  return view;
-}
+using foldnorm::test::scaledRows;
+const auto bits = foldnorm::test::rawBits;
 
 }  // namespace
 
@@ -43,8 +30,8 @@ TEST_CASE("pipelined CPU RMS rows give each row the bits it gets alone", "[ops][
   const bool add = GENERATE(false, true);
   const int64_t rows = 23;  // one task of several rows at these widths (grain 32768 / cols)
   INFO("dtype " << dtype << " cols " << cols << " offset " << offset << " add " << add);
-  const auto x = rowsAt(rows, cols, offset, dtype, 1);
-  const auto r = rowsAt(rows, cols, offset + 1, dtype, 2);
+  const auto x = scaledRows(rows, cols, offset, dtype, 1);
+  const auto r = scaledRows(rows, cols, offset + 1, dtype, 2);
   torch::manual_seed(3);
   // float32 parameters for 16-bit inputs: the same kernel path whether a call has 1 row or 23
   // (16-bit parameters are widened from 16 rows on, a path tests/test_ops_fused.cpp compares).

@@ -8,7 +8,8 @@
 // (vpmovzxwd, vpslld, vpmovdw, vcvtph2ps/vcvtps2ph).
 //
 // Rows are software-pipelined (rmsRows below): the statistics of the next row run in the loop
-// that writes this one.
+// that writes this one. The unfused op on rows of 4 KiB or more goes two rows at a time and
+// prefetches the pair after next (rmsRowsPaired below).
 //
 // Same bits as norm_cpu_rows.h's AVX2 instantiation, by construction:
 //   - a chunk is the same 16 elements; the AVX2 kernel's two 8-float accumulators (elements 0-7
@@ -60,6 +61,13 @@ inline __m512 widen16(__m256i bits) {
 }
 
 inline __m256i loadBits(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Asks for the cache line of row[j] in L2 (prefetcht2), once per 64 bytes: a chunk is 32 bytes,
+// so every other chunk (rmsRowsPaired).
+template <typename T>
+inline void prefetchLine(const T* row, int64_t j) {
+  if ((j & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(row + j), _MM_HINT_T2);
+}
 
 template <typename T>
 inline __m512 load16(const T* p) {
@@ -260,6 +268,137 @@ void rmsRows(const NormCpuCall& call) {
   });
 }
 
+// The weight and bias of chunk j, loaded once for the two rows of a pair (a store to y may alias
+// them as far as the compiler knows, so each row's own load would be a second L1/L2 read).
+template <bool kWeight, bool kBias>
+struct ChunkParams {
+  __m512 w, b;
+  inline ChunkParams(const float* wp, const float* bp, int64_t j) {
+    if constexpr (kWeight) w = _mm512_loadu_ps(wp + j);
+    if constexpr (kBias) b = _mm512_loadu_ps(bp + j);
+  }
+};
+
+// writeChunk of the unfused op with the chunk's parameters already loaded: the same operations.
+template <typename T, bool kWeight, bool kBias, bool kStream>
+inline void writeChunkWith(const T* src, const ChunkParams<kWeight, kBias>& p, T* yr, int64_t j, __m512 scale) {
+  __m512 v = _mm512_mul_ps(load16(src + j), scale);
+  if constexpr (kWeight && kBias) {
+    v = _mm512_fmadd_ps(v, p.w, p.b);
+  } else if constexpr (kWeight) {
+    v = _mm512_mul_ps(v, p.w);
+  } else if constexpr (kBias) {
+    v = _mm512_add_ps(v, p.b);
+  }
+  store16<T, kStream>(yr + j, v);
+}
+
+// The unfused op's rows of 4 KiB or more (bfloat16/float16 hidden >= 2048), two at a time: the
+// output pass of rows i, i + 1 runs in one loop with the statistics of rows i + 2, i + 3, which
+// prefetches rows i + 4, i + 5 into L2. Why (issue 16, measured by kern16b one thing at a time):
+// at hidden 4096/8192 the one-row pipeline (rmsRows) lost neither in the statistics chain nor in
+// the conversions but in its output pass, once the row written, the row summed and the float32
+// weight and bias (32-64 KiB) no longer fit the 32 KiB L1, and in memory latency the hardware
+// prefetcher did not hide. A pair shares each chunk's weight and bias load, gives two independent
+// FMA chains, and has the next rows' lines on their way a pair ahead. Each row's operations and
+// their order are rmsRows' (RowStats, then writeChunk's steps): the same bits.
+// Narrower rows and the fused op stay on rmsRows, unchanged: kern16b's pairs slowed the fused
+// 16-bit op, and its narrow rows (written a pair, then summed a pair: no statistics hidden behind
+// an output pass) lost at hidden 768 against the one-row pipeline.
+template <typename T, bool kWeight, bool kBias, bool kStream>
+void rmsRowsPaired(const NormCpuCall& call) {
+  const T* x = static_cast<const T*>(call.x);
+  const float* w = static_cast<const float*>(call.weight);
+  const float* b = static_cast<const float*>(call.bias);
+  T* y = static_cast<T*>(call.y);
+  const int64_t n = call.cols;
+  const int64_t vectorEnd = n - n % kChunk;
+  const float count = static_cast<float>(n);
+  const float eps = static_cast<float>(call.eps);
+  const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(n, 1));
+  using Params = ChunkParams<kWeight, kBias>;
+  at::parallel_for(0, call.rows, grain, [&](int64_t begin, int64_t end) {
+    if (begin >= end) return;
+    // Slot k % 4 holds the rstd of the task's row k: a pair written, a pair summed.
+    float rstd[4];
+    auto slot = [&](int64_t row) { return (row - begin) & 3; };
+    auto statsOf = [&](int64_t row) { return RowStats<T, false>{x + row * n, nullptr, nullptr}; };
+    // A row to prefetch, or the task's last row when none is left (its lines are in cache then,
+    // and the loops need no branch).
+    auto ahead = [&](int64_t row) { return x + std::min(row, end - 1) * n; };
+    // Rows `row` and (if `pair`) row + 1 summed alone, prefetching the two after them: the task's
+    // first pair and its last rows.
+    auto sumRows = [&](int64_t row, bool pair) {
+      auto s0 = statsOf(row), s1 = statsOf(pair ? row + 1 : row);
+      const T* p0 = ahead(row + 2);
+      const T* p1 = ahead(row + 3);
+      for (int64_t j = 0; j < vectorEnd; j += kChunk) {
+        prefetchLine(p0, j);
+        prefetchLine(p1, j);
+        s0.chunk(j);
+        if (pair) s1.chunk(j);
+      }
+      rstd[slot(row)] = s0.rstd(vectorEnd, n, count, eps);
+      if (pair) rstd[slot(row + 1)] = s1.rstd(vectorEnd, n, count, eps);
+    };
+    auto writeTail = [&](int64_t row) {
+      const T* src = x + row * n;
+      T* yr = y + row * n;
+      const float scale = rstd[slot(row)];
+      for (int64_t j = vectorEnd; j < n; ++j) {
+        float v = static_cast<float>(src[j]) * scale;
+        if constexpr (kWeight) v *= w[j];
+        if constexpr (kBias) v += b[j];
+        yr[j] = static_cast<T>(v);
+      }
+    };
+    auto writeAlone = [&](int64_t row) {
+      const __m512 scale = _mm512_set1_ps(rstd[slot(row)]);
+      for (int64_t j = 0; j < vectorEnd; j += kChunk) {
+        writeChunkWith<T, kWeight, kBias, kStream>(x + row * n, Params(w, b, j), y + row * n, j, scale);
+      }
+      writeTail(row);
+    };
+    sumRows(begin, end - begin >= 2);
+    for (int64_t row = begin; row < end; row += 2) {
+      if (row + 4 <= end) {
+        // Rows row, row + 1 written; row + 2, row + 3 summed; row + 4, row + 5 prefetched.
+        const T* src0 = x + row * n;
+        const T* src1 = src0 + n;
+        T* y0 = y + row * n;
+        T* y1 = y0 + n;
+        const __m512 scale0 = _mm512_set1_ps(rstd[slot(row)]);
+        const __m512 scale1 = _mm512_set1_ps(rstd[slot(row + 1)]);
+        auto next0 = statsOf(row + 2), next1 = statsOf(row + 3);
+        const T* p0 = ahead(row + 4);
+        const T* p1 = ahead(row + 5);
+        for (int64_t j = 0; j < vectorEnd; j += kChunk) {
+          prefetchLine(p0, j);
+          prefetchLine(p1, j);
+          next0.chunk(j);
+          next1.chunk(j);
+          const Params p(w, b, j);
+          writeChunkWith<T, kWeight, kBias, kStream>(src0, p, y0, j, scale0);
+          writeChunkWith<T, kWeight, kBias, kStream>(src1, p, y1, j, scale1);
+        }
+        writeTail(row);
+        writeTail(row + 1);
+        rstd[slot(row + 2)] = next0.rstd(vectorEnd, n, count, eps);
+        rstd[slot(row + 3)] = next1.rstd(vectorEnd, n, count, eps);
+      } else {
+        // The task's last one to three rows: written, then the rest summed, unpipelined.
+        writeAlone(row);
+        if (row + 1 < end) writeAlone(row + 1);
+        if (row + 2 < end) sumRows(row + 2, row + 3 < end);
+      }
+    }
+    if constexpr (kStream) _mm_sfence();
+  });
+}
+
+// Rows from this many bytes on take rmsRowsPaired (unfused op only).
+constexpr int64_t kPairMinRowBytes = 4096;
+
 inline bool aligned32(const void* p) { return reinterpret_cast<uintptr_t>(p) % 32 == 0; }
 
 template <typename T, bool kWeight, bool kBias, bool kAdd>
@@ -267,6 +406,12 @@ void rmsRowsStreamOrNot(const NormCpuCall& call) {
   const int64_t rowBytes = call.cols * static_cast<int64_t>(sizeof(T));
   const bool stream = call.rows * rowBytes >= kStreamingStoreMinBytes && rowBytes % 32 == 0 &&
                       aligned32(call.y) && (!kAdd || aligned32(call.sum));
+  if constexpr (!kAdd) {
+    if (rowBytes >= kPairMinRowBytes) {
+      if (stream) return rmsRowsPaired<T, kWeight, kBias, true>(call);
+      return rmsRowsPaired<T, kWeight, kBias, false>(call);
+    }
+  }
   if (stream) return rmsRows<T, kWeight, kBias, true, kAdd>(call);
   rmsRows<T, kWeight, kBias, false, kAdd>(call);
 }

@@ -7,7 +7,8 @@
 // Per row (one thread per row, rows split over at::parallel_for):
 //   RMS:   pass 1 reads x once for sum(x^2); pass 2 re-reads x (now in L1/L2) and writes
 //          y = (x * rstd) * w + b, with w/b fused; pass 2 of row i runs in one loop with pass 1
-//          of row i + 1 (rmsRowsPipelined). The fused add: pass 1 adds and rounds x + r once,
+//          of row i + 1 (rmsRowsPipelined); the unfused op's wide rows go two at a time
+//          (rmsRowsPaired: pass 2 of rows i, i + 1 with pass 1 of i + 2, i + 3). The fused add: pass 1 adds and rounds x + r once,
 //          keeping the sum in a per-thread row buffer that pass 2 reads and copies to `sum`.
 //   Layer: pass 1 sum(x) -> mean; pass 2 sum((x - mean)^2) from cache (two-pass, no cancellation);
 //          pass 3 y = ((x - mean) * rstd) * w + b. (ATen's CPU form x * rstd + (-mean * rstd) loses
@@ -211,32 +212,47 @@ typename ChunkOf<T>::Acc sumSquaredDeviations(const T* x, int64_t n,
   return s;
 }
 
+// The weight and bias of chunk j as accumulator vectors: loaded (16-bit parameters converted)
+// once per chunk, for one row or, in rmsRowsPaired, for the two rows of a pair.
+template <typename T, typename P, bool kWeight, bool kBias>
+struct ChunkParams {
+  using Acc = typename ChunkOf<T>::Acc;
+  Vectorized<Acc> wLo, wHi, bLo, bHi;
+  inline ChunkParams(const P* w, const P* b, int64_t j) {
+    if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
+    if constexpr (kWeight) loadChunk<Acc>(w + j, wLo, wHi);
+  }
+};
+
 // The output step of both norms' chunks: (lo, hi) [* w] [+ b] (one fma with both), then stored
 // or streamed to y + j.
 template <typename T, typename P, bool kWeight, bool kBias, bool kStream>
-inline void finishChunk(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
-                        const P* w, const P* b, T* y, int64_t j) {
+inline void finishChunkWith(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
+                            const ChunkParams<T, P, kWeight, kBias>& p, T* y, int64_t j) {
   using Acc = typename ChunkOf<T>::Acc;
-  Vectorized<Acc> wLo, wHi, bLo, bHi;
-  if constexpr (kBias) loadChunk<Acc>(b + j, bLo, bHi);
   if constexpr (kWeight) {
-    loadChunk<Acc>(w + j, wLo, wHi);
     if constexpr (kBias) {
-      lo = at::vec::fmadd(lo, wLo, bLo);
-      hi = at::vec::fmadd(hi, wHi, bHi);
+      lo = at::vec::fmadd(lo, p.wLo, p.bLo);
+      hi = at::vec::fmadd(hi, p.wHi, p.bHi);
     } else {
-      lo = lo * wLo;
-      hi = hi * wHi;
+      lo = lo * p.wLo;
+      hi = hi * p.wHi;
     }
   } else if constexpr (kBias) {
-    lo = lo + bLo;
-    hi = hi + bHi;
+    lo = lo + p.bLo;
+    hi = hi + p.bHi;
   }
   if constexpr (kStream) {
     streamChunk<Acc>(y + j, lo, hi);
   } else {
     storeChunk<Acc>(y + j, lo, hi);
   }
+}
+
+template <typename T, typename P, bool kWeight, bool kBias, bool kStream>
+inline void finishChunk(Vectorized<typename ChunkOf<T>::Acc> lo, Vectorized<typename ChunkOf<T>::Acc> hi,
+                        const P* w, const P* b, T* y, int64_t j) {
+  finishChunkWith<T, P, kWeight, kBias, kStream>(lo, hi, ChunkParams<T, P, kWeight, kBias>(w, b, j), y, j);
 }
 
 // y = ((x - center) * scale) [* w] [+ b]: LayerNorm's output pass (RMS rows: writeRmsChunk).
@@ -434,6 +450,15 @@ void rmsRowsPipelined(const NormCpuCall& call, int64_t begin, int64_t end) {
   }
 }
 
+}  // namespace
+}  // namespace foldnorm::ops
+
+// rmsRowsPaired (the unfused op's wide rows, two at a time), on the helpers above.
+#include "norm_cpu_rms_paired.h"
+
+namespace foldnorm::ops {
+namespace {
+
 template <typename T, typename P, bool kLayer, bool kWeight, bool kBias, bool kStream, bool kAdd>
 void normRowsWith(const NormCpuCall& call) {
   using Acc = typename ChunkOf<T>::Acc;
@@ -457,8 +482,10 @@ void normRowsWith(const NormCpuCall& call) {
         const Acc rstd = Acc(1) / std::sqrt(var + eps);
         writeRow<T, P, true, kWeight, kBias, kStream>(xr, w, b, yr, n, rstd, mean);
       }
-    } else {
+    } else if (kAdd || n * static_cast<int64_t>(sizeof(T)) < pairMinRowBytes<T>()) {
       rmsRowsPipelined<T, P, kWeight, kBias, kStream, kAdd>(call, begin, end);
+    } else {
+      rmsRowsPaired<T, P, kWeight, kBias, kStream>(call, begin, end);
     }
     if constexpr (kStream) streamingStoresDone();
   });
