@@ -6,16 +6,26 @@ original / variant is summed up as e2e_speed does (median, percentile-bootstrap 
 median, rounds resampled whole, 4000 resamples, seed 0; "faster" / "slower" / "within noise"):
 
     copy      a second torch.jit.load of the original file: the same model in other allocations (a null
-              fold: what the bench reads when nothing changed)
+              fold: what the bench reads when nothing changed); copy2, copy3, ...: more loads
     cbwc+ln   the original graph (aten::layer_norm) with the folded model's centered weights copied into
               its own parameters: the fold's weights without its ops
     folded    foldnorm fold --no-fuse: RMSNorm, adds separate
     fused     foldnorm fold: RMSNorm, each residual add -> norm pair one foldnorm::add_rms_norm
 
 Large buffers stay on the heap, as e2e_speed's keepLargeBuffersOnHeap() does (MALLOC_MMAP_MAX_=0,
-MALLOC_TRIM_THRESHOLD_: set here, then the script runs itself again). Run it on a quiet machine:
+MALLOC_TRIM_THRESHOLD_: set here, then the script runs itself again). THP_MEM_ALLOC_ENABLE=1 in the
+environment puts LibTorch's buffers of 2 MiB and more on huge pages (e2e_speed --huge-pages on).
+Run it on a quiet machine:
 
     PYTHONPATH=build/python python3 analyses/ablate_e2e.py --bin build/bin/foldnorm --model opt:125m --seq 32
+
+Measured on the loaded dev machine (load 7-9; --threads 1 --clock cpu, OPT-125m seq 32, 240-280 s each):
+4 KiB pages, four more loads of the original: 1.026 (1.009-1.040) faster, 1.012, 1.029 (1.011-1.047)
+faster, 0.983 against the first (173-187 ms a forward); --layout page0: 167-171 ms, one copy still 1.015
+faster; THP_MEM_ALLOC_ENABLE=1: 144-146 ms, all four within noise (0.994-1.003); and on huge pages
+copy 1.002 (0.999-1.007), cbwc+ln 1.001, folded 0.999, fused 1.008 (1.005-1.012) faster.
+GPT-2 small seq 32 (180 s each): 4 KiB pages, copy 1.015 (1.011-1.019) and copy2 1.016 (1.010-1.020)
+"faster" than the first load, fused 1.014; huge pages: copies 1.001 and 0.999, fused 1.000 (0.999-1.001).
 """
 import argparse
 import os
