@@ -8,15 +8,18 @@
 // run, before each model.
 // Rounds: at least --reps per length, then more until the length's rounds took --case-seconds
 // (the count follows the time a round takes, never the ratios seen).
-// The defaults (at least 40 rounds, and 35 s of rounds) are sized from the quiet run of 17:40 UTC:
-// one round's ratio spread (p10-p90) was +-8% at seq 32 and +-4-5% at 128 and 512, a sigma of about
-// 6% and 3.5-4.5%. The median of n ratios has a 95% interval of about +-2.5 sigma/sqrt(n), so +-1%
-// needs ~220 rounds at seq 32 and ~75-125 at the longer lengths. GPT-2 small (2 threads, ~0.12/
-// 0.28/1.0 s a forward) then gets ~145 rounds at seq 32, ~62 at 128 and 40 at 512 (80 s), and the
-// default run (3 models x 3 lengths, --fuse on) about 7 minutes of rounds plus the zoo builds and
-// the verified folds: under 10 minutes on a quiet 2-core machine.
-// Where a long length's interval stays wider than 1%, its row says "within noise" and the
-// interval shows by how much; give it more --case-seconds.
+// Three controls of the bench itself (session 6). Two loads of one file put every weight on other
+// 4 KiB pages, and on this machine (loaded, 1 thread, CPU time, analyses/ablate_e2e.py) five loads of
+// OPT-125m took 173-187 ms a forward, two of the four copies "faster" than the first by 2.6-2.9%;
+// all storages moved to page offset 0 still 167-171 ms; with LibTorch's transparent huge pages
+// (THP_MEM_ALLOC_ENABLE=1) 144-146 ms, every copy within noise. So a single load per model is one
+// draw of where its pages land, and the old +2.7% / -1.5% verdicts were of that draw. Hence:
+// --huge-pages on (default): every model's weights on 2 MiB pages; --null-control on (default): a
+// second load of the original timed in the same rounds, its original/copy ratio in every row;
+// --layouts N (default 2): before each of N shares of a length's rounds every model's storages move
+// to drawn offsets in their pages, and the interval resamples layouts as well as rounds.
+// Defaults sized to keep scripts/quiet-bench.sh's e2e part near 9 minutes with three models per
+// round: 24 rounds (2 layouts x 2 cycles of the 6 orders), 25 s per length, 3 warm-up forwards.
 // Writes a Markdown page and a data file (the fused rows' model key ends in "+fused");
 // analyses/plot_e2e.gp draws the figure. Progress on stderr.
 //
@@ -31,6 +34,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <unistd.h>
 
@@ -69,12 +73,20 @@ int main(int argc, char** argv) {
   bench::BenchModelOptions o;
   o.seqs = {32, 128, 512};
   o.warmup = 3;
-  o.reps = 40;
-  o.caseSeconds = 35;
+  o.reps = 24;
+  o.caseSeconds = 25;
+  o.layouts = 2;
   std::vector<std::string> models{"gpt2:small", "bert:base", "opt:125m"};
-  std::string out, data, fuse = "on";
+  std::string out, data, fuse = "on", nullControl = "on", hugePages = "on";
   app.add_option("--fuse", fuse, "Folded variants: off (adds separate), on (fused), both")
       ->check(CLI::IsMember({"off", "on", "both"}));
+  app.add_option("--null-control", nullControl,
+                 "on: time a second load of the original in the same rounds (null fold: the bench's own noise floor)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--huge-pages", hugePages,
+                 "on: LibTorch's buffers of 2 MiB and more (every model's weights) on transparent huge pages "
+                 "(THP_MEM_ALLOC_ENABLE=1), so where a load puts a model does not move its time")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--models", models, "Zoo models as NAME:PRESET")->delimiter(',');
   app.add_option("--device", o.device, "cpu or cuda");
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16");
@@ -83,6 +95,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)");
   app.add_option("--warmup", o.warmup);
   app.add_option("--reps", o.reps, "Timed rounds per length, at least");
+  app.add_option("--layouts", o.layouts,
+                 "Parameter layouts per length: every model's storages moved to drawn page offsets before each "
+                 "share of the rounds (1: where each load put them)");
   app.add_option("--case-seconds", o.caseSeconds,
                  "After --reps rounds, more rounds until a length's rounds took this long (0: exactly --reps)");
   app.add_option("--out", out, "Markdown file (default docs/e2e-DEVICE.md)");
@@ -91,6 +106,7 @@ int main(int argc, char** argv) {
   if (out.empty()) out = "docs/e2e-" + o.device + ".md";
   if (data.empty()) data = "docs/data/e2e_" + o.device + ".dat";
   try {
+    if (hugePages == "on") bench::useHugePages();  // before LibTorch's first CPU allocation
     bench::keepLargeBuffersOnHeap();  // as `foldnorm bench` does
     auto scratch = fs::temp_directory_path() / ("e2e-" + std::to_string(::getpid()));
     fs::create_directories(scratch);
@@ -98,8 +114,8 @@ int main(int argc, char** argv) {
     md << "# End-to-end speed: original vs folded\n\n"
        << "Generated by `analyses/e2e_speed.cpp`; do not edit by hand. Regenerate with\n\n```\n"
        << "build/bin/e2e_speed --device " << o.device << " --dtype " << o.dtype << " --threads " << o.threads
-       << " --fuse " << fuse << " --warmup " << o.warmup << " --reps " << o.reps << " --case-seconds "
-       << o.caseSeconds << " --out " << out << " --data " << data
+       << " --fuse " << fuse << " --huge-pages " << hugePages << " --null-control " << nullControl << " --layouts " << o.layouts << " --warmup "
+       << o.warmup << " --reps " << o.reps << " --case-seconds " << o.caseSeconds << " --out " << out << " --data " << data
        << "\ngnuplot -e \"data='" << data << "'; out='docs/images/e2e_" << o.device << ".png'\" analyses/plot_e2e.gp\n```\n\n"
        << "Zoo models (random weights, traced by LibTorch); per model the fold is verified first (float32 and\n"
        << "float64), then both are timed interleaved per sequence length. Speed-up = per-round\n"
@@ -111,8 +127,26 @@ int main(int argc, char** argv) {
        << "residual add separate; \"folded + fused\" runs each add -> folded norm pair as one\n"
        << "foldnorm::add_rms_norm (exact: bitwise the unfused fold); each variant is interleaved with its\n"
        << "own run of the original.\n";
+    if (hugePages == "on") {
+      md << "Huge pages: LibTorch's CPU buffers of 2 MiB and more (the weights of every model alike) lie on\n"
+         << "transparent huge pages (THP_MEM_ALLOC_ENABLE=1). With 4 KiB pages five loads of one OPT-125m file\n"
+         << "took 173-187 ms a forward (loaded machine, 1 thread, CPU time), with huge pages 144-146 ms: without\n"
+         << "them the bench compares where two loads put their pages, not the fold.\n";
+    }
+    if (nullControl == "on") {
+      md << "\"null fold\": a second, separately loaded copy of the original timed in the same rounds (the\n"
+         << "six orders of the three models in turn), its per-round original/copy ratio summed up the same way:\n"
+         << "what the bench reads between two identical models, so a fold result inside that is no result.\n";
+    }
+    if (o.layouts > 1) {
+      md << "Parameter layouts: each length's rounds are split into " << o.layouts << " shares; before each, every\n"
+         << "storage of every model (the original's too) moves to a fresh allocation, values unchanged ("
+         << (hugePages == "on" ? "at a page\nstart, as LibTorch aligns with huge pages" : "at a drawn\n64-byte offset in its page")
+         << "). One load fixes one layout for a whole run, so the interval\n"
+         << "resamples the layouts, then the rounds within each.\n";
+    }
     dat << "# model seq items orig_ms orig_p10 orig_p90 fold_ms fold_p10 fold_p90 speedup sp_p10 sp_p90 ci_low "
-           "ci_high rounds\n";
+           "ci_high rounds null_median null_ci_low null_ci_high (null_*: original/copy, nan without --null-control)\n";
     for (const auto& spec : models) {
       auto colon = spec.find(':');
       std::string name = spec.substr(0, colon), preset = colon == std::string::npos ? "" : spec.substr(colon + 1);
@@ -126,6 +160,7 @@ int main(int argc, char** argv) {
       if (fuse != "off") variants.push_back(true);
       for (bool fused : variants) {
         o.fuseAddNorm = fused;
+        o.nullControl = nullControl == "on";
         const double copyGbs = copyBandwidth(o.device);
         auto r = bench::runModelBench(path, o, std::cerr);
         std::string label = name + (preset.empty() ? "" : " " + preset) + (fused ? " folded + fused" : " folded");
@@ -134,37 +169,49 @@ int main(int argc, char** argv) {
                       "\n## %s\n\n%s, %s, %d threads, CPU kernels %s, torch %s; %d LayerNorms folded, %d kept, "
                       "%d residual adds fused; copy bandwidth %.1f GB/s (64 MiB float32, this run); "
                       "fold verified: float64 worst relative error %.2e, float32 %.2e, predictions %s. "
-                      "1-minute load average %.2f before, %.2f after. %s\n\n",
+                      "1-minute load average %.2f before, %.2f after. %s; %s; %d parameter layout(s) per length\n\n",
                       label.c_str(), r.device.c_str(), r.dtype.c_str(), r.threads, r.cpuKernelIsa.c_str(),
                       r.torchVersion.c_str(), r.foldedLayerNorms, r.keptLayerNorms, r.fusedAddNorms, copyGbs,
                       r.worstRelative64,
                       r.worstRelative32, r.predictionsUnchanged ? "unchanged" : "CHANGED", r.loadBefore, r.loadAfter,
-                      r.executor.c_str());
+                      r.executor.c_str(), r.hugePages ? "weights on transparent huge pages" : "4 KiB pages",
+                      r.layouts);
         md << head << "| seq | " << r.itemUnit
            << " | original ms (p10-p90) | folded ms (p10-p90) | speed-up (p10-p90) | 95% interval | rounds | "
-              "verdict |\n"
-           << "|---|---|---|---|---|---|---|---|\n";
+              "verdict |"
+           << (o.nullControl ? " null fold: original/copy (95% interval), verdict |\n" : "\n")
+           << "|---|---|---|---|---|---|---|---|" << (o.nullControl ? "---|\n" : "\n");
         for (const auto& c : r.cases) {
           char line[512];
           if (!c.skipped.empty()) {
-            std::snprintf(line, sizeof line, "| %lld | - | skipped: %s | | | | | |\n", static_cast<long long>(c.seq),
-                          c.skipped.c_str());
+            std::snprintf(line, sizeof line, "| %lld | - | skipped: %s | | | | | |%s\n", static_cast<long long>(c.seq),
+                          c.skipped.c_str(), o.nullControl ? " |" : "");
             md << line;
             continue;
           }
           std::snprintf(line, sizeof line,
-                        "| %lld | %lld | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.3f (%.3f-%.3f) | %.3f-%.3f | %d | %s |\n",
+                        "| %lld | %lld | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.3f (%.3f-%.3f) | %.3f-%.3f | %d | %s |",
                         static_cast<long long>(c.seq), static_cast<long long>(c.items), c.originalMs.median,
                         c.originalMs.p10, c.originalMs.p90, c.foldedMs.median, c.foldedMs.p10, c.foldedMs.p90,
                         c.speedup.median, c.speedup.p10, c.speedup.p90, c.paired.low, c.paired.high,
                         c.paired.rounds, c.paired.verdict.c_str());
           md << line;
+          if (c.control.rounds > 0) {
+            std::snprintf(line, sizeof line, " %.3f (%.3f-%.3f), %s |", c.control.median, c.control.low,
+                          c.control.high, c.control.verdict.c_str());
+            md << line;
+          }
+          md << "\n";
           std::string key = name + (preset.empty() ? "" : "_" + preset) + (fused ? "+fused" : "");
-          std::snprintf(line, sizeof line, "%s %lld %lld %.4f %.4f %.4f %.4f %.4f %.4f %.5f %.5f %.5f %.5f %.5f %d\n",
+          const bool ctl = c.control.rounds > 0;
+          const double nan = std::numeric_limits<double>::quiet_NaN();
+          std::snprintf(line, sizeof line,
+                        "%s %lld %lld %.4f %.4f %.4f %.4f %.4f %.4f %.5f %.5f %.5f %.5f %.5f %d %.5f %.5f %.5f\n",
                         key.c_str(), static_cast<long long>(c.seq), static_cast<long long>(c.items),
                         c.originalMs.median, c.originalMs.p10, c.originalMs.p90, c.foldedMs.median, c.foldedMs.p10,
                         c.foldedMs.p90, c.speedup.median, c.speedup.p10, c.speedup.p90, c.paired.low,
-                        c.paired.high, c.paired.rounds);
+                        c.paired.high, c.paired.rounds, ctl ? c.control.median : nan, ctl ? c.control.low : nan,
+                        ctl ? c.control.high : nan);
           dat << line;
         }
       }

@@ -16,8 +16,8 @@
 #   bench-norm-1thread.{json,txt}  the 16-bit rows on one thread (is it memory or the core?)
 #                               (.json: the run; .txt: its BW/copy and fused speed-ups per case)
 #   e2e-cpu.md, e2e_cpu.dat     e2e_speed --fuse on: GPT-2 small, BERT base, OPT-125m at the
-#                               lengths and rounds docs/e2e-cpu.md uses (its regeneration command;
-#                               about 10 minutes of it)
+#                               lengths and rounds docs/e2e-cpu.md uses (its regeneration command,
+#                               with the null-fold control, 2 parameter layouts, huge pages; ~9 min)
 #   summary.txt                 each step's outcome and time
 # --tiny runs every step at toy sizes (a check of the script, not a measurement).
 # --build DIR: the build with bin/foldnorm and bin/e2e_speed (default $FOLDNORM_BUILD or ./build).
@@ -89,12 +89,14 @@ step() {
 
 if (( tiny )); then
   dtypes=float32,bfloat16; hidden=64,100; rows=64; reps=3; warmup=1
-  models=gpt2:tiny,bert:tiny,opt:tiny; seqs=16; e2e_warmup=2; e2e_reps=2; e2e_seconds=0
+  models=gpt2:tiny,bert:tiny,opt:tiny; seqs=16; e2e_warmup=2; e2e_reps=2; e2e_seconds=0; e2e_layouts=2
 else
   dtypes=float32,bfloat16,float16; hidden=768,4096,8192; rows=8192; reps=41; warmup=3
-  # docs/e2e-cpu.md's regeneration command: 2 threads, 3 warm-up, at least 40 rounds and 35 s of
-  # rounds per length (paired ratios with a bootstrap interval), seq 32,128,512, fused fold.
-  models=gpt2:small,bert:base,opt:125m; seqs=32,128,512; e2e_warmup=3; e2e_reps=40; e2e_seconds=35
+  # docs/e2e-cpu.md's regeneration command: 2 threads, 3 warm-up, at least 24 rounds and 25 s of
+  # rounds per length over 2 parameter layouts, weights on transparent huge pages, each round also
+  # timing a second load of the original (null fold), paired ratios with a bootstrap interval over
+  # layouts and rounds, seq 32,128,512, fused fold. About 9 minutes on the quiet 2-core machine.
+  models=gpt2:small,bert:base,opt:125m; seqs=32,128,512; e2e_warmup=3; e2e_reps=24; e2e_seconds=25; e2e_layouts=2
 fi
 norm_args=(bench-norm --device cpu --threads 2 --dtype "$dtypes" --hidden "$hidden" --rows "$rows"
            --warmup "$warmup" --json)
@@ -113,7 +115,8 @@ step bench-norm-1thread 180 "$foldnorm" bench-norm --device cpu --threads 1 \
 
 # (b) the models end to end: original vs folded + fused (the issue's claim), paired rounds.
 step e2e 900 "$e2e" --device cpu --dtype float32 --threads 2 --fuse on --models "$models" \
-  --seq "$seqs" --warmup "$e2e_warmup" --reps "$e2e_reps" --case-seconds "$e2e_seconds" \
+  --seq "$seqs" --huge-pages on --null-control on --layouts "$e2e_layouts" --warmup "$e2e_warmup" --reps "$e2e_reps" \
+  --case-seconds "$e2e_seconds" \
   --out "$out/e2e-cpu.md" --data "$out/e2e_cpu.dat"
 
 # The bench-norm JSON as tables: the two figures the issue asks for, per case.

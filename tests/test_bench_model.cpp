@@ -1,11 +1,13 @@
 // The end-to-end bench harness (`foldnorm bench`): what it reports, not how fast anything is.
 #include <catch2/catch.hpp>
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <dirent.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
+#include "skip.h"
 
 namespace fs = std::filesystem;
 using foldnorm::bench::BenchModelOptions;
@@ -298,4 +301,108 @@ TEST_CASE("the model bench takes --input specs instead of the embedded one", "[b
   checkTimed(r.cases[0]);
   o.inputSpecs = {"1x8:float32"};  // token ids must be integers: the model's own error, named
   CHECK_THROWS_AS(runModelBench(path, o, progress), foldnorm::Error);
+}
+
+TEST_CASE("a null control times a second copy of the original in the same rounds, all six orders in turn",
+          "[bench]") {
+  ScratchDir dir;
+  const auto model = buildTinyGpt2(dir);
+  std::ostringstream progress;
+  auto o = quickOptions();
+  o.seqs = {8};
+  o.nullControl = true;
+  o.caseSeconds = 2;  // tiny GPT-2 rounds take milliseconds: many cycles of six orders
+  const auto r = runModelBench(model, o, progress);
+  REQUIRE(r.cases.size() == 1);
+  const auto& c = r.cases[0];
+  checkTimed(c);
+  CHECK(c.control.rounds == c.paired.rounds);  // one copy run per round, ratios to the same original run
+  CHECK(c.paired.rounds % 6 == 0);             // whole cycles: each order equally often
+  CHECK(c.controlMs.median > 0);
+  CHECK(c.controlMs.p10 <= c.controlMs.median);
+  CHECK(c.controlMs.median <= c.controlMs.p90);
+  CHECK(c.control.low <= c.control.median);
+  CHECK(c.control.median <= c.control.high);
+  CHECK_FALSE(c.control.verdict.empty());
+  // The control's ratios are their own, not the fold's (a copy of the fold's numbers would pass the
+  // checks above): original / copy and original / folded of one round differ unless the two runs took
+  // exactly the same time.
+  CHECK(c.control.median != c.paired.median);
+  const auto j = foldnorm::bench::toJson(r);
+  REQUIRE(j["cases"][0].contains("null_control"));
+  CHECK(j["cases"][0]["null_control"]["rounds"].get<int>() == c.control.rounds);
+  CHECK(j["cases"][0]["null_control"]["median"].get<double>() == Approx(c.control.median));
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("null fold"));
+
+  // Without it: no control, in the report or its JSON.
+  o.nullControl = false;
+  o.caseSeconds = 0;
+  const auto plain = runModelBench(model, o, progress);
+  CHECK(plain.cases[0].control.rounds == 0);
+  CHECK_FALSE(foldnorm::bench::toJson(plain)["cases"][0].contains("null_control"));
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(plain), !Catch::Contains("null fold"));
+}
+
+TEST_CASE("under several layouts the interval resamples the layouts: one layout's luck is not a verdict",
+          "[bench]") {
+  using foldnorm::bench::pairedRatio;
+  using foldnorm::bench::pairedRatioByLayout;
+  std::vector<double> one;
+  for (int i = 0; i < 40; ++i) one.push_back(1.0 + 0.05 * std::sin(1.3 * i));
+  // One layout is the plain round bootstrap, number for number.
+  const auto plain = pairedRatio(one, 3), grouped = pairedRatioByLayout({one}, 3);
+  CHECK(grouped.low == plain.low);
+  CHECK(grouped.high == plain.high);
+  CHECK(grouped.median == plain.median);
+
+  // Three layouts, each tight, one of them 5% away from the other two: the rounds alone say "faster"
+  // (two thirds of them sit at 1.03), the layouts say that a third of the draws read 0.98.
+  std::vector<std::vector<double>> layouts{{}, {}, {}};
+  for (int i = 0; i < 20; ++i) {
+    const double wobble = 0.002 * std::sin(2.1 * i);
+    layouts[0].push_back(0.98 + wobble);
+    layouts[1].push_back(1.03 + wobble);
+    layouts[2].push_back(1.03 - wobble);
+  }
+  std::vector<double> pooled;
+  for (const auto& l : layouts) pooled.insert(pooled.end(), l.begin(), l.end());
+  const auto byRound = pairedRatio(pooled, 3), byLayout = pairedRatioByLayout(layouts, 3);
+  CHECK(byRound.verdict == "faster");
+  CHECK(byLayout.verdict == "within noise");
+  CHECK(byLayout.low < 0.99);
+  CHECK(byLayout.median == Approx(byRound.median));  // the same rounds: the same median
+  CHECK(byLayout.rounds == 60);
+  CHECK_THROWS_AS(pairedRatioByLayout({one, {}}, 3), std::invalid_argument);
+}
+
+TEST_CASE("the model bench moves every model's parameters between shares of the rounds when asked", "[bench]") {
+  ScratchDir dir;
+  const auto model = buildTinyGpt2(dir);
+  std::ostringstream progress;
+  auto o = quickOptions();
+  o.seqs = {8};
+  o.reps = 6;
+  o.layouts = 3;  // at least 2 rounds in each of 3 layouts
+  o.nullControl = true;
+  const auto r = runModelBench(model, o, progress);
+  CHECK(r.layouts == 3);
+  REQUIRE(r.cases.size() == 1);
+  checkTimed(r.cases[0]);
+  CHECK(r.cases[0].paired.rounds == 6);
+  CHECK(r.cases[0].control.rounds == 6);
+  CHECK(foldnorm::bench::toJson(r)["layouts"].get<int>() == 3);
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("over 3 parameter layouts"));
+
+  o.layouts = 0;
+  checkRefused(o, "layouts", "at least 1 parameter layout");
+}
+
+TEST_CASE("huge pages asked for after LibTorch's first allocation are refused in one line, environment restored",
+          "[bench]") {
+  if (std::getenv("THP_MEM_ALLOC_ENABLE") != nullptr)
+    return foldnorm::test::skipTest("THP_MEM_ALLOC_ENABLE is set in this environment: LibTorch already follows it");
+  (void)at::empty({16});  // LibTorch reads THP_MEM_ALLOC_ENABLE here, once: unset, so 4 KiB pages
+  CHECK_THROWS_WITH(foldnorm::bench::useHugePages(),
+                    Catch::Contains("first CPU allocation") || Catch::Contains("off in this kernel"));
+  CHECK(std::getenv("THP_MEM_ALLOC_ENABLE") == nullptr);
 }

@@ -149,7 +149,8 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& f
   const ExportInterpreter foldedProgram(folded.program, folded.state, run);
   const auto ranges = userInputRanges(archive.program);
   detail::Runners runners{bindProgram(original), bindProgram(foldedProgram),
-                          [ranges](const std::vector<InputSpec>& specs) { return refusal(ranges, specs); }};
+                          [ranges](const std::vector<InputSpec>& specs) { return refusal(ranges, specs); },
+                          {}, {}};
   detail::timeCases(report, model, runners, options, progress);
   return report;
 }

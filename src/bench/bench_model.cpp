@@ -9,6 +9,7 @@
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
+#include <unistd.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -20,10 +21,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
@@ -76,6 +80,8 @@ void checkOptions(const BenchModelOptions& o) {
   if (!(o.caseSeconds >= 0))
     throw SettingError("case_seconds", "the timed seconds per length must not be negative (0: exactly reps rounds)");
   if (o.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
+  if (o.layouts < 1)
+    throw SettingError("layouts", "at least 1 parameter layout per length is needed (1: where each load put them)");
 }
 
 c10::Device deviceOf(const BenchModelOptions& o) { return c10::Device(o.device == "cuda" ? c10::kCUDA : c10::kCPU); }
@@ -115,6 +121,7 @@ FoldOptions foldOptionsFor(const BenchModelOptions& options, std::ostream& progr
 namespace {
 
 bool largeBuffersOnHeap = false;  // set by keepLargeBuffersOnHeap(), reported
+bool hugePages = false;           // set by useHugePages(), reported
 
 /// The line of an interpreter error that names the cause: TorchScript's first line ("The
 /// following operation failed ...") says nothing; the cause ("RuntimeError: index out of range
@@ -207,16 +214,18 @@ ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& spe
   const c10::Device device = deviceOf(options);
   const auto dtype = parseDtype(options.dtype);
   const auto inputs = retargetInputs(makeInputs(specs, options.seed), {dtype, device});
-  const Forward original = runners.original(inputs), folded = runners.folded(inputs);
+  // Index 0 the original, 1 the folded model, 2 (with a null control) the original's second copy.
+  std::vector<Forward> forwards{runners.original(inputs), runners.folded(inputs)};
+  if (runners.control) forwards.push_back(runners.control(inputs));
   ForwardTimer timer(device);
 
   progress << format("[bench] %s: warm-up %d forwards of each model ...\n", label.c_str(), options.warmup)
            << std::flush;
+  const int layouts = runners.relayout ? std::max(options.layouts, 1) : 1;
   try {
-    for (int i = 0; i < options.warmup; ++i) {
-      original();
-      folded();
-    }
+    if (layouts > 1) runners.relayout();
+    for (int i = 0; i < options.warmup; ++i)
+      for (const auto& forward : forwards) forward();
     timer.settle();
   } catch (const std::exception& e) {
     const auto* c10error = dynamic_cast<const c10::Error*>(&e);
@@ -225,42 +234,73 @@ ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& spe
     return c;
   }
 
-  std::vector<double> originalMs, foldedMs, ratios;
-  const auto timingStart = std::chrono::steady_clock::now();
-  auto lastReport = timingStart;
-  // At least reps rounds; with caseSeconds, more until the timed rounds have taken that long.
-  // Rounds come in pairs (AB then BA) so both orders are equally often first.
-  auto moreRounds = [&](int done) {
-    if (done < options.reps) return true;
-    if (options.caseSeconds <= 0) return false;
-    if (done % 2 != 0) return true;  // finish the pair
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - timingStart).count() <
-           options.caseSeconds;
-  };
-  for (int rep = 0; moreRounds(rep); ++rep) {
-    // Alternate the order (AB, BA, ...) so a drift in clocks or load falls on both alike.
-    double a = 0, b = 0;
-    if (rep % 2 == 0) {
-      a = timer.timeMs(original);
-      b = timer.timeMs(folded);
-    } else {
-      b = timer.timeMs(folded);
-      a = timer.timeMs(original);
+  // The order of the runs in a round, by round: two models alternate (AB, BA); three take the six
+  // orders in turn, so over a cycle each model is equally often in each position and equally often
+  // before and after each other one (a drift in clocks or load falls on all alike).
+  const std::vector<std::vector<std::size_t>> orders =
+      forwards.size() == 2 ? std::vector<std::vector<std::size_t>>{{0, 1}, {1, 0}}
+                           : std::vector<std::vector<std::size_t>>{{0, 1, 2}, {1, 2, 0}, {2, 0, 1},
+                                                                   {0, 2, 1}, {2, 1, 0}, {1, 0, 2}};
+  // ms[layout][model]: each layout's share of the rounds, its own cycles of orders.
+  std::vector<std::vector<std::vector<double>>> ms(layouts, std::vector<std::vector<double>>(forwards.size()));
+  const auto minRounds = static_cast<std::size_t>((options.reps + layouts - 1) / layouts);
+  const double shareSeconds = options.caseSeconds / layouts;
+  auto lastReport = std::chrono::steady_clock::now();
+  for (int layout = 0; layout < layouts; ++layout) {
+    if (layout > 0) {
+      runners.relayout();
+      for (const auto& forward : forwards) forward();  // the moved weights through the caches once
+      timer.settle();
     }
-    originalMs.push_back(a);
-    foldedMs.push_back(b);
-    ratios.push_back(a / b);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - lastReport > std::chrono::seconds(5)) {
-      progress << format("[bench] %s: round %d (original %.2f ms, folded %.2f ms)\n", label.c_str(), rep + 1, a, b)
-               << std::flush;
-      lastReport = now;
+    const auto shareStart = std::chrono::steady_clock::now();
+    // At least minRounds; with caseSeconds, more until this share's rounds have taken their part of
+    // it, finishing the cycle of orders so every order is equally often timed.
+    auto moreRounds = [&](std::size_t done) {
+      if (done < minRounds) return true;
+      if (options.caseSeconds <= 0) return false;
+      if (done % orders.size() != 0) return true;
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - shareStart).count() < shareSeconds;
+    };
+    for (std::size_t round = 0; moreRounds(round); ++round) {
+      std::vector<double> t(forwards.size());
+      for (auto i : orders[round % orders.size()]) t[i] = timer.timeMs(forwards[i]);
+      for (std::size_t i = 0; i < t.size(); ++i) ms[layout][i].push_back(t[i]);
+      const auto now = std::chrono::steady_clock::now();
+      if (now - lastReport > std::chrono::seconds(5)) {
+        progress << format("[bench] %s: layout %d/%d, round %zu (original %.2f ms, folded %.2f ms%s)\n", label.c_str(),
+                           layout + 1, layouts, round + 1, t[0], t[1],
+                           t.size() > 2 ? format(", copy %.2f ms", t[2]).c_str() : "")
+                 << std::flush;
+        lastReport = now;
+      }
     }
   }
-  c.originalMs = spreadOf(originalMs);
-  c.foldedMs = spreadOf(foldedMs);
-  c.speedup = spreadOf(ratios);
-  c.paired = pairedRatio(ratios, options.seed);
+  // Per layout, the per-round ratios original / model i; and every round's times pooled.
+  auto ratiosTo = [&](std::size_t i) {
+    std::vector<std::vector<double>> r(ms.size());
+    for (std::size_t l = 0; l < ms.size(); ++l)
+      for (std::size_t k = 0; k < ms[l][0].size(); ++k) r[l].push_back(ms[l][0][k] / ms[l][i][k]);
+    return r;
+  };
+  auto pooled = [](const std::vector<std::vector<double>>& groups) {
+    std::vector<double> all;
+    for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+    return all;
+  };
+  auto timesOf = [&](std::size_t i) {
+    std::vector<std::vector<double>> byLayout;
+    for (const auto& l : ms) byLayout.push_back(l[i]);
+    return pooled(byLayout);
+  };
+  const auto ratios = ratiosTo(1);
+  c.originalMs = spreadOf(timesOf(0));
+  c.foldedMs = spreadOf(timesOf(1));
+  c.speedup = spreadOf(pooled(ratios));
+  c.paired = pairedRatioByLayout(ratios, options.seed);
+  if (forwards.size() > 2) {
+    c.controlMs = spreadOf(timesOf(2));
+    c.control = pairedRatioByLayout(ratiosTo(2), options.seed);
+  }
   c.originalItemsPerSecond = static_cast<double>(c.items) / (c.originalMs.median * 1e-3);
   c.foldedItemsPerSecond = static_cast<double>(c.items) / (c.foldedMs.median * 1e-3);
   return c;
@@ -321,6 +361,7 @@ ModelBenchReport startReport(const ImportedModel& model, const FoldReport& fold,
   report.executor = executor;
   report.rmsOp = toString(fold.rmsOp);  // what the fold itself recorded, not the option asked for
   report.largeBuffersOnHeap = largeBuffersOnHeap;
+  report.hugePages = hugePages;
   if (deviceOf(options).is_cpu()) report.loadBefore = loadAverage();
   report.foldedLayerNorms = static_cast<int>(fold.folded.size());
   report.keptLayerNorms = static_cast<int>(fold.kept.size());
@@ -370,21 +411,41 @@ void timeCases(ModelBenchReport& report, const ImportedModel& model, const Runne
 }
 
 void markLargeBuffersOnHeap() { largeBuffersOnHeap = true; }
+void markHugePages() { hugePages = true; }
+bool hugePagesInUse() { return hugePages; }
 
 }  // namespace detail
 
 using namespace detail;
 
 PairedRatio pairedRatio(const std::vector<double>& ratios, uint64_t seed, int resamples) {
+  return pairedRatioByLayout({ratios}, seed, resamples);
+}
+
+PairedRatio pairedRatioByLayout(const std::vector<std::vector<double>>& ratiosByLayout, uint64_t seed, int resamples) {
+  std::vector<double> ratios;
+  for (const auto& g : ratiosByLayout) {
+    if (g.empty()) throw std::invalid_argument("pairedRatio: a layout without rounds");
+    ratios.insert(ratios.end(), g.begin(), g.end());
+  }
   if (ratios.size() < 2) throw std::invalid_argument("pairedRatio: at least two ratios are needed");
   if (resamples < 100) throw std::invalid_argument("pairedRatio: at least 100 resamples are needed");
   // Percentile bootstrap of the median: rounds are resampled whole, so each keeps its own pair of
-  // back-to-back runs; a fixed seed makes the interval a function of the ratios.
+  // back-to-back runs; a fixed seed makes the interval a function of the ratios. Under several
+  // layouts, first the layouts are drawn with replacement (their spread is part of the
+  // uncertainty: one layout is one draw of where the weights lie), then rounds within each.
   std::mt19937_64 generator(seed);
-  std::uniform_int_distribution<std::size_t> pick(0, ratios.size() - 1);
-  std::vector<double> medians(static_cast<std::size_t>(resamples)), sample(ratios.size());
+  const std::size_t groups = ratiosByLayout.size();
+  std::uniform_int_distribution<std::size_t> pickGroup(0, groups - 1);
+  std::vector<double> medians(static_cast<std::size_t>(resamples)), sample;
+  sample.reserve(ratios.size());
   for (auto& m : medians) {
-    for (auto& x : sample) x = ratios[pick(generator)];
+    sample.clear();
+    for (std::size_t k = 0; k < groups; ++k) {
+      const auto& g = ratiosByLayout[groups == 1 ? 0 : pickGroup(generator)];
+      std::uniform_int_distribution<std::size_t> pick(0, g.size() - 1);
+      for (std::size_t i = 0; i < g.size(); ++i) sample.push_back(g[pick(generator)]);
+    }
     m = quantile(sample, 0.5);
   }
   PairedRatio p;
@@ -407,6 +468,34 @@ void keepLargeBuffersOnHeap() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   markLargeBuffersOnHeap();
+}
+
+void useHugePages() {
+  std::ifstream kernel("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(kernel, modes);
+  if (modes.find("[never]") != std::string::npos)
+    throw Error("transparent huge pages are off in this kernel (/sys/kernel/mm/transparent_hugepage/enabled: " +
+                modes + "); time with 4 KiB pages instead");
+  const char* before = std::getenv("THP_MEM_ALLOC_ENABLE");
+  const std::string previous = before ? before : "";
+  const bool wasSet = before != nullptr;
+  ::setenv("THP_MEM_ALLOC_ENABLE", "1", 1);
+  // LibTorch read the variable at its first CPU allocation; if that was before this call, its
+  // allocations stay 64-byte aligned. Three large ones all page-aligned by chance: 1 in 64^3.
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<at::Tensor> probes;
+  for (int64_t extra : {64, 192, 320}) probes.push_back(at::empty({(int64_t{2} << 20) + extra}, at::kByte));
+  for (const auto& t : probes) {
+    if (reinterpret_cast<std::uintptr_t>(t.data_ptr()) % page != 0) {
+      // Leave the environment as it was: a child process must not inherit a setting that failed here.
+      if (wasSet) ::setenv("THP_MEM_ALLOC_ENABLE", previous.c_str(), 1);
+      else ::unsetenv("THP_MEM_ALLOC_ENABLE");
+      throw Error("huge pages asked for after LibTorch's first CPU allocation (it reads THP_MEM_ALLOC_ENABLE "
+                  "once): set THP_MEM_ALLOC_ENABLE=1 in the environment instead");
+    }
+  }
+  markHugePages();
 }
 
 FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analysis,
@@ -432,7 +521,24 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   c10::InferenceMode inference;
   auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
   auto foldedCopy = prepareCopy(loadModule(foldedBytes), dtype, device);
-  timeCases(report, model, {bindModule(original), bindModule(foldedCopy), {}}, options, progress);
+  Runners runners{bindModule(original), bindModule(foldedCopy), {}, {}, {}};
+  jit::Module control;
+  if (options.nullControl) {
+    // Loaded last, as a third model would be: the same file as the original, its own allocations.
+    control = prepareCopy(freshCopy(*model.torch), dtype, device);
+    runners.control = bindModule(control);
+  }
+  if (options.layouts > 1) {
+    // Every model alike, the original included: none keeps the layout its load happened to give it.
+    auto rng = std::make_shared<std::mt19937_64>(options.seed);
+    std::vector<jit::Module*> models{&original, &foldedCopy};
+    if (options.nullControl) models.push_back(&control);
+    runners.relayout = [rng, models] {
+      for (auto* m : models) relocateParameters(*m, *rng);
+    };
+    report.layouts = options.layouts;
+  }
+  timeCases(report, model, runners, options, progress);
   return report;
 }
 

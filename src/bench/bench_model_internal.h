@@ -8,10 +8,15 @@
 
 #include <functional>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "foldnorm/bench/bench_model.h"
+
+namespace torch::jit {
+struct Module;
+}
 
 namespace foldnorm::bench::detail {
 
@@ -47,6 +52,11 @@ struct Runners {
   Bind folded;
   /// Non-empty: why the model cannot run inputs of these specs (checked before any forward).
   std::function<std::string(const std::vector<InputSpec>&)> refuse;
+  /// Set: a second copy of the original, timed in every round as a null fold (nullControl).
+  Bind control;
+  /// Set: gives every model a new parameter layout (BenchModelOptions::layouts > 1), called before
+  /// each layout's share of a length's rounds.
+  std::function<void()> relayout;
 };
 
 /// The report's header from the fold it times: refuses a fold that folded nothing, was not
@@ -61,5 +71,14 @@ void timeCases(ModelBenchReport& report, const ImportedModel& model, const Runne
                const BenchModelOptions& options, std::ostream& progress);
 
 c10::Device deviceOf(const BenchModelOptions& options);
+
+/// Whether useHugePages() was called (LibTorch's CPU allocations are then page-aligned).
+bool hugePagesInUse();
+
+/// Moves every tensor attribute's storage of `module` (parameters, buffers, recursively) to a fresh
+/// allocation at an offset in its 4 KiB page drawn from `rng` (64-byte steps; the page start with huge
+/// pages on, as LibTorch aligns then); tied tensors stay tied,
+/// values are unchanged bit for bit (bench_model_layout.cpp).
+void relocateParameters(torch::jit::Module& module, std::mt19937_64& rng);
 
 }  // namespace foldnorm::bench::detail

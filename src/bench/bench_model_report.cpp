@@ -19,6 +19,11 @@ nlohmann::json toJson(const ModelBenchReport& r) {
       j["speedup"] = spread(c.speedup);
       j["paired"] = {{"median", c.paired.median}, {"ci95_low", c.paired.low}, {"ci95_high", c.paired.high},
                      {"rounds", c.paired.rounds}, {"verdict", c.paired.verdict}};
+      if (c.control.rounds > 0) {
+        j["null_control"] = {{"copy_ms", spread(c.controlMs)}, {"median", c.control.median},
+                             {"ci95_low", c.control.low}, {"ci95_high", c.control.high},
+                             {"rounds", c.control.rounds}, {"verdict", c.control.verdict}};
+      }
       j["original_" + r.itemUnit + "_per_s"] = c.originalItemsPerSecond;
       j["folded_" + r.itemUnit + "_per_s"] = c.foldedItemsPerSecond;
     }
@@ -37,10 +42,12 @@ nlohmann::json toJson(const ModelBenchReport& r) {
           {"warmup", r.warmup},
           {"reps", r.reps},
           {"case_seconds", r.caseSeconds},
+          {"layouts", r.layouts},
           {"runner", r.runner},
           {"executor", r.executor},
           {"rms_op", r.rmsOp},
           {"large_buffers_on_heap", r.largeBuffersOnHeap},
+          {"huge_pages", r.hugePages},
           {"item_unit", r.itemUnit},
           {"seq_applies", r.seqApplies},
           {"seq_note", r.seqNote},
@@ -62,12 +69,15 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
   s += format("device %s, %s, %d threads, CPU kernels %s, torch %s; folded LNs are %s\n", r.device.c_str(),
               r.dtype.c_str(), r.threads, r.cpuKernelIsa.c_str(), r.torchVersion.c_str(),
               r.rmsOp == "aten" ? "aten::rms_norm + bias add" : "foldnorm::rms_norm");
-  s += format("%d warm-up forwards per model and length, then %d rounds%s, each running both models "
+  s += format("%d warm-up forwards per model and length, then %d rounds%s%s, each running both models "
               "(order alternating)\nrunner %s: %s; allocator: %s\n%s\n",
               r.warmup, r.reps,
               r.caseSeconds > 0 ? format(" or more, until %.0f s of timed rounds", r.caseSeconds).c_str() : "",
+              r.layouts > 1 ? format(" over %d parameter layouts (every storage moved to a drawn page offset "
+                                     "before each share)", r.layouts).c_str() : "",
               r.runner.c_str(), r.executor.c_str(),
-              r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)",
+              (std::string(r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)") +
+               (r.hugePages ? ", buffers of 2 MiB and more on transparent huge pages" : ", 4 KiB pages")).c_str(),
               r.seqNote.c_str());
   if (r.loadBefore >= 0)
     s += format("1-minute load average %.2f before, %.2f after (others' work on this machine)\n",
@@ -92,6 +102,10 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
                 cell(c.foldedMs, "%.2f (%.2f-%.2f)").c_str(), c.originalItemsPerSecond, c.foldedItemsPerSecond,
                 cell(c.speedup, "%.3f (%.3f-%.3f)").c_str(), format("%.3f-%.3f", c.paired.low, c.paired.high).c_str(),
                 c.paired.rounds, c.paired.verdict.c_str());
+    if (c.control.rounds > 0) {
+      s += format("%6s %8s  null fold (original / its second copy, same rounds): %.3f, 95%% interval %.3f-%.3f, %s\n",
+                  "", "", c.control.median, c.control.low, c.control.high, c.control.verdict.c_str());
+    }
   }
   return s;
 }

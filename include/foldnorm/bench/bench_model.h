@@ -66,6 +66,15 @@ struct BenchModelOptions {
   int threads = 0;                // CPU intra-op threads for this run; 0: leave the process's
   int verifyRandomInputs = 2;     // random input sets for the fold verification
   bool fuseAddNorm = true;        // fold with residual add + norm fused (FoldOptions::fuseAddNorm)
+  // Null fold: also time a second, separately loaded copy of the original in every round, so the
+  // report shows what the bench reads between two identical models (its own noise floor, layout
+  // and allocation included) next to what it reads for the fold. TorchScript models only.
+  bool nullControl = false;
+  // Parameter layouts per length (TorchScript models): 1 keeps each model where its load put it;
+  // N > 1 moves every parameter storage of every model to a fresh allocation at a drawn offset in
+  // its page before each of N equal shares of the length's rounds (bench_model_layout.cpp), so a
+  // difference of layouts is not read as the fold's, and the interval resamples the layouts too.
+  int layouts = 1;
   // What a folded LN becomes: "foldnorm" (our fused op: the fast one on CPU, docs/kernels.md) or
   // "aten" (aten::rms_norm + bias add, unfused). The same for both kinds of model.
   std::string rmsOp = "foldnorm";
@@ -99,6 +108,12 @@ struct PairedRatio {
 /// least two ratios (std::invalid_argument otherwise).
 PairedRatio pairedRatio(const std::vector<double>& ratios, uint64_t seed, int resamples = 4000);
 
+/// The same for rounds timed under several parameter layouts (one group of ratios per layout): a
+/// two-stage bootstrap draws the layouts with replacement, then rounds within each drawn layout, so
+/// the interval also holds the spread between layouts. One group is pairedRatio(ratios) exactly.
+PairedRatio pairedRatioByLayout(const std::vector<std::vector<double>>& ratiosByLayout, uint64_t seed,
+                        int resamples = 4000);
+
 struct ModelBenchCase {
   int64_t seq = 0;                       // 0 when the model has no sequence dimension
   std::vector<std::string> inputShapes;  // input specs as run
@@ -108,6 +123,10 @@ struct ModelBenchCase {
   Spread foldedMs;
   Spread speedup;                        // per-round original / folded
   PairedRatio paired;                    // the same ratios: median, bootstrap 95% interval, verdict
+  // With BenchModelOptions::nullControl: the second copy of the original, timed in the same rounds,
+  // and the per-round original / copy ratios (rounds == 0: no control ran).
+  Spread controlMs;
+  PairedRatio control;
   double originalItemsPerSecond = 0;     // items / median
   double foldedItemsPerSecond = 0;
 };
@@ -122,6 +141,7 @@ struct ModelBenchReport {
   int warmup = 0;
   int reps = 0;
   double caseSeconds = 0;   // BenchModelOptions::caseSeconds (0: every length ran exactly reps rounds)
+  int layouts = 1;          // BenchModelOptions::layouts as run (1: each model where its load put it)
   std::string itemUnit;     // "tokens" | "images"
   bool seqApplies = true;   // false: no integer input, the spec shape was timed
   std::string seqNote;      // how the sequence dimension was chosen (or why it does not apply)
@@ -129,6 +149,7 @@ struct ModelBenchReport {
   std::string executor;     // how both models ran: graph-executor settings, or the interpreter
   std::string rmsOp;        // what the folded LNs became: "foldnorm" | "aten"
   bool largeBuffersOnHeap = false;  // keepLargeBuffersOnHeap() was called (else glibc mmaps them)
+  bool hugePages = false;           // useHugePages() was called (else 4 KiB pages: a load's placement varies)
   int foldedLayerNorms = 0;
   int keptLayerNorms = 0;
   int fusedAddNorms = 0;    // residual adds fused into foldnorm::add_rms_norm by the fold
@@ -194,6 +215,16 @@ const char* foldedExtension(const ImportedModel& model);
 /// page-fault a model's large outputs afresh on every forward, timing page faults rather than
 /// the model). For programs that time (the CLI, analyses); a host like the GUI keeps its own.
 void keepLargeBuffersOnHeap();
+
+/// Puts LibTorch's CPU buffers of 2 MiB and more on transparent huge pages for the rest of the
+/// process (THP_MEM_ALLOC_ENABLE=1: every CPU allocation page-aligned, the large ones
+/// madvise(MADV_HUGEPAGE)), so each model's weights lie on 2 MiB pages wherever a load puts them.
+/// With 4 KiB pages two loads of one model differ by a few percent (where each weight's pages
+/// land), which a bench would read as the fold's; with huge pages five loads of OPT-125m agreed
+/// within +-0.5%. For programs that time, called first in main: LibTorch reads the setting once,
+/// at its first CPU allocation. Throws foldnorm::Error when it was read before, or when the kernel
+/// has transparent huge pages off.
+void useHugePages();
 
 /// Whether LibTorch sees a CUDA device (torch::cuda::is_available()): lets code that includes no
 /// torch header (the GUI's device choice) offer `device = "cuda"` only where it can run.
