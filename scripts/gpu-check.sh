@@ -197,6 +197,24 @@ step bench-norm-cpu-16bit 120 "$bin/foldnorm" bench-norm --device cpu --dtype fl
   --hidden 768,4096,8192 --rows 8192 --reps $(( cuda ? 21 : 5 ))
 table bench-norm-cpu-16bit
 
+# ---- original vs folded vs folded + fused (each add -> norm pair one add_rms_norm), end to end ----
+if (( cuda )); then
+  step e2e-cuda-fused 200 "$bin/e2e_speed" --device cuda --dtype float32 --fuse both --batch 8 \
+    --models gpt2:small,bert:base,opt:125m --seq 128,512 --warmup 10 --reps 15 \
+    --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda.md" --data "$out/e2e_cuda.dat"
+  # BERT's sequence sweep to 16k tokens (issue 16 item 4): base with a 16384-row position table,
+  # batch 1, every length to 16384 (attention is quadratic: the norms' share shrinks with length).
+  step e2e-cuda-bert-16k 240 "$bin/e2e_speed" --device cuda --dtype float32 --fuse both --batch 1 \
+    --models bert:base-16k --seq 512,1024,2048,4096,8192,16384 --warmup 3 --reps 10 \
+    --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-bert-16k.md" --data "$out/e2e_cuda_bert_16k.dat"
+  # The fused fold verified on the GPU (float32 and float64 there).
+  [[ -f $models/gpt2-small.pt ]] && step fold-gpt2-cuda 120 "$bin/foldnorm" fold "$models/gpt2-small.pt" \
+    -o "$models/gpt2-small-folded.pt" --device cuda --json
+else
+  step e2e-cpu-fused 200 "$bin/e2e_speed" --device cpu --fuse both --models gpt2:tiny,bert:tiny,opt:tiny \
+    --seq 32 --warmup 2 --reps 3 --case-seconds 0 --layouts 1 --out "$out/e2e-cpu-tiny.md" --data "$out/e2e_cpu_tiny.dat"
+fi
+
 # ---- models end to end: original vs folded ----
 for entry in "${zoo[@]}"; do
   read -r name preset <<<"$entry"
@@ -215,19 +233,6 @@ for entry in "${zoo[@]}"; do
     table "bench-$name-$preset-cpu-float32"
   fi
 done
-
-# ---- original vs folded vs folded + fused (each add -> norm pair one add_rms_norm), end to end ----
-if (( cuda )); then
-  step e2e-cuda-fused 200 "$bin/e2e_speed" --device cuda --dtype float32 --fuse both --batch 8 \
-    --models gpt2:small,bert:base,opt:125m --seq 128,512 --warmup 10 --reps 15 \
-    --out "$out/e2e-cuda.md" --data "$out/e2e_cuda.dat"
-  # The fused fold verified on the GPU (float32 and float64 there).
-  [[ -f $models/gpt2-small.pt ]] && step fold-gpt2-cuda 120 "$bin/foldnorm" fold "$models/gpt2-small.pt" \
-    -o "$models/gpt2-small-folded.pt" --device cuda --json
-else
-  step e2e-cpu-fused 200 "$bin/e2e_speed" --device cpu --fuse both --models gpt2:tiny,bert:tiny,opt:tiny \
-    --seq 32 --warmup 2 --reps 3 --out "$out/e2e-cpu-tiny.md" --data "$out/e2e_cpu_tiny.dat"
-fi
 
 note "done in $(( $(date +%s) - start )) s; results in $out"
 grep -q '^\[FAIL\]\|^\[TIME\]' "$summary" && exit 1

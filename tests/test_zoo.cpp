@@ -181,6 +181,23 @@ TEST_CASE("language models run at sequence lengths other than the traced one", "
   }
 }
 
+TEST_CASE("BERT base-16k runs past base's 512 positions, as the long-sequence sweep needs", "[zoo]") {
+  // The sweep to 16k tokens (scripts/gpu-check.sh) times bert:base-16k; 600 tokens is enough to
+  // tell the presets apart: base has 512 position rows and refuses them.
+  auto longer = foldnorm::zoo::makeEagerModel("bert", "base-16k", 1);
+  auto table = longer.root->named_parameters()["embeddings.position_embeddings.weight"];
+  CHECK(table.sizes() == std::vector<int64_t>{16384, 768});
+  auto specs = longer.inputs;
+  for (auto& s : specs) s.shape = {1, 600};
+  auto inputs = foldnorm::zoo::makeInputs(specs, 2);
+  auto out = eagerOutputs(longer, inputs);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].sizes() == std::vector<int64_t>{1, 600, 768});
+  CHECK(torch::isfinite(out[0]).all().item<bool>());
+  auto base = foldnorm::zoo::makeEagerModel("bert", "base", 1);
+  CHECK_THROWS(eagerOutputs(base, inputs));
+}
+
 TEST_CASE("GPT-2 keeps the reference names and its tied head", "[zoo]") {
   ScratchDir scratch;
   auto loaded = torch::jit::load(buildTiny(scratch, "gpt2").string());

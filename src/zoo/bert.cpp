@@ -167,6 +167,9 @@ TORCH_MODULE(BertModel);
 // The presets, beside the build that reads them.
 BertConfig configFor(const std::string& preset) {
   if (preset == "tiny") return {2, 64, 4, 256, 1000, 64};
+  // base-16k: base with its learned position table grown to 16384 rows (as long-context BERTs
+  // extend it), so the end-to-end sweep can run BERT to 16k tokens; the same graph and verdicts.
+  if (preset == "base-16k") return {12, 768, 12, 3072, 30522, 16384};
   return {12, 768, 12, 3072, 30522, 512};  // base
 }
 

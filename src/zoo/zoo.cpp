@@ -26,7 +26,8 @@ const std::vector<ZooEntry>& entries() {
         "Hugging Face transformers GPT2LMHeadModel (eager attention)",
         {"tiny", "small", "medium", "large", "xl", "xl-graph"}, "small"}, &zoo::buildGpt2},
       {{"bert", "BERT encoder: embeddings LayerNorm, post-LN layers (LayerNorm after each residual add), GELU, "
-        "tanh pooler", "Hugging Face transformers BertModel (eager attention)", {"tiny", "base"}, "base"},
+        "tanh pooler (base-16k: a 16384-row position table, for long-sequence timing)",
+        "Hugging Face transformers BertModel (eager attention)", {"tiny", "base", "base-16k"}, "base"},
        &zoo::buildBert},
       {{"opt", "OPT decoder: pre-LN layers with ReLU MLPs, final_layer_norm, learned positions (offset 2), "
         "lm_head tied to embed_tokens", "Hugging Face transformers OPTForCausalLM (eager attention)",
