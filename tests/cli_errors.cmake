@@ -54,6 +54,28 @@ expect("bench with one warm-up" 2 "error: --warmup: at least 2 warm-up" bench ${
 # --json-out is checked before any timing, and never written over the model.
 expect("bench --json-out onto its input" 2 "refusing to overwrite" bench ${OUT}/gpt2.pt --json-out ${OUT}/gpt2.pt)
 expect("bench --json-out into a missing folder" 2 "folder .* does not exist" bench ${OUT}/gpt2.pt --json-out ${OUT}/no/such/b.json)
+expect("bench with no parameter layout" 105 "--layouts: Value 0 not in range 1 to 64" bench ${OUT}/gpt2.pt --layouts 0)
+expect("bench with an unknown page setting" 105 "--huge-pages: maybe not in" bench ${OUT}/gpt2.pt --huge-pages maybe)
+# The timing method's defaults and flags reach the report: the null fold's line, huge pages, the
+# layouts; and off means off.
+execute_process(COMMAND ${FOLDNORM} bench ${OUT}/gpt2.pt --seq 8 --reps 2 --warmup 2 --threads 1 --huge-pages on
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(SEND_ERROR "bench --huge-pages on: exit ${rc}\nstderr: ${err}")
+elseif(NOT out MATCHES "null fold \\(original / its second copy" OR NOT out MATCHES "on transparent huge pages"
+       OR NOT out MATCHES "over 2 parameter layouts")
+  message(SEND_ERROR "bench's report lacks the null fold, huge pages or the layouts:\n${out}")
+else()
+  message(STATUS "ok: bench with the null fold, huge pages, 2 layouts")
+endif()
+execute_process(COMMAND ${FOLDNORM} bench ${OUT}/gpt2.pt --seq 8 --reps 2 --warmup 2 --threads 1 --huge-pages off
+                        --null-control off --layouts 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR out MATCHES "null fold|huge pages|parameter layouts" OR NOT out MATCHES "4 KiB pages")
+  message(SEND_ERROR "bench with the method off: exit ${rc}, report:\n${out}")
+else()
+  message(STATUS "ok: bench with 4 KiB pages, no null fold, 1 layout")
+endif()
 
 # .pt2 inputs that are no readable torch.export archive of torch >= 2.9 (zips made here; a
 # truncated real one is tested in tests/test_export_archive.cpp).

@@ -100,6 +100,24 @@ TEST_CASE("a .pt2 is benchmarked on the interpreter after a fold verified in flo
     CHECK_THAT(bench::formatModelBenchTable(r), Catch::Contains("aten::rms_norm + bias add"));
   }
 
+  SECTION("a null control runs the original program again over its own copy of the state") {
+    auto o = quickOptions();
+    o.nullControl = true;
+    o.reps = 6;     // one whole cycle of the six orders
+    o.layouts = 2;  // the interpreter keeps its state where it is: said, and reported as 1
+    const auto r = bench::benchModel(model, analysis, o, progress);
+    REQUIRE(r.cases.size() == 1);
+    const auto& c = r.cases[0];
+    checkTimed(c);
+    CHECK(c.control.rounds == c.paired.rounds);
+    CHECK(c.control.rounds == 6);
+    CHECK(c.controlMs.median > 0);
+    CHECK(c.control.median != c.paired.median);  // its own ratios, not a copy of the fold's
+    CHECK(r.layouts == 1);
+    CHECK_THAT(progress.str(), Catch::Contains("each keeps where it was allocated"));
+    CHECK(bench::toJson(r)["cases"][0].contains("null_control"));
+  }
+
   SECTION("an unknown RMSNorm op is named as its setting") {
     auto o = quickOptions();
     o.rmsOp = "fast";

@@ -147,10 +147,21 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& f
   c10::InferenceMode inference;
   const ExportInterpreter original(archive.program, state, run);
   const ExportInterpreter foldedProgram(folded.program, folded.state, run);
+  // The null fold: the original program again, over its own copy of the state (a float32 CPU run
+  // keeps the archive's tensors, so without the clones both would read the same bytes).
+  std::optional<ExportInterpreter> control;
+  if (options.nullControl) {
+    std::map<std::string, at::Tensor> copied;
+    for (const auto& [name, tensor] : state) copied[name] = tensor.clone();
+    control.emplace(archive.program, copied, run);
+  }
+  if (options.layouts > 1)
+    progress << "[bench] parameter layouts: the interpreter holds its programs' state, so each keeps where "
+                "it was allocated (layouts 1)\n";
   const auto ranges = userInputRanges(archive.program);
   detail::Runners runners{bindProgram(original), bindProgram(foldedProgram),
                           [ranges](const std::vector<InputSpec>& specs) { return refusal(ranges, specs); },
-                          {}, {}};
+                          control ? bindProgram(*control) : detail::Bind{}, {}};
   detail::timeCases(report, model, runners, options, progress);
   return report;
 }

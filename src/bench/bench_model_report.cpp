@@ -1,6 +1,8 @@
 // `foldnorm bench`'s report as JSON (format foldnorm-bench/1) and as a plain-text table.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/common/measure.h"
 
@@ -69,12 +71,16 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
   s += format("device %s, %s, %d threads, CPU kernels %s, torch %s; folded LNs are %s\n", r.device.c_str(),
               r.dtype.c_str(), r.threads, r.cpuKernelIsa.c_str(), r.torchVersion.c_str(),
               r.rmsOp == "aten" ? "aten::rms_norm + bias add" : "foldnorm::rms_norm");
-  s += format("%d warm-up forwards per model and length, then %d rounds%s%s, each running both models "
-              "(order alternating)\nrunner %s: %s; allocator: %s\n%s\n",
+  const bool control = std::any_of(r.cases.begin(), r.cases.end(), [](const auto& c) { return c.control.rounds > 0; });
+  s += format("%d warm-up forwards per model and length, then %d rounds%s%s, each running %s\nrunner %s: %s; "
+              "allocator: %s\n%s\n",
               r.warmup, r.reps,
               r.caseSeconds > 0 ? format(" or more, until %.0f s of timed rounds", r.caseSeconds).c_str() : "",
               r.layouts > 1 ? format(" over %d parameter layouts (every storage moved to a drawn page offset "
                                      "before each share)", r.layouts).c_str() : "",
+              control ? "the original, the folded model and the original's second copy (the null fold; the six "
+                        "orders in turn)"
+                      : "both models (order alternating)",
               r.runner.c_str(), r.executor.c_str(),
               (std::string(r.largeBuffersOnHeap ? "large buffers kept on the heap" : "glibc's default (large buffers mmapped)") +
                (r.hugePages ? ", buffers of 2 MiB and more on transparent huge pages" : ", 4 KiB pages")).c_str(),

@@ -19,7 +19,21 @@ struct BenchArgs {
   bool json = false;
   bool noScaleAbsorb = false, noInsertCentering = false;
   std::string jsonOut;
+  std::string hugePages = "auto", nullControl = "on";
 };
+
+// --huge-pages: on must hold (else one clear line), auto takes huge pages where the CPU run can
+// have them and says so when it cannot, off keeps 4 KiB pages.
+void choosePages(const BenchArgs& args, std::ostream& progress) {
+  if (args.hugePages == "off") return;
+  if (args.hugePages == "auto" && args.options.device != "cpu") return;  // weights in device memory
+  try {
+    bench::useHugePages();
+  } catch (const Error& e) {
+    if (args.hugePages == "on") throw;
+    progress << "[bench] 4 KiB pages: " << e.what() << "\n";
+  }
+}
 
 void setup(CLI::App& app, int& exitCode) {
   auto args = std::make_shared<BenchArgs>();
@@ -57,6 +71,23 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_option("--threads", o.threads, "CPU intra-op threads (0: LibTorch's default)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the inputs")->capture_default_str();
+  cmd->add_option("--huge-pages", args->hugePages,
+                  "on: LibTorch's CPU buffers of 2 MiB and more (the weights) on transparent huge pages, so where "
+                  "a load puts a model does not move its time (4 KiB pages can, by 1-3%); auto: on for cpu "
+                  "where the kernel allows it; off: 4 KiB pages")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--null-control", args->nullControl,
+                  "on: also time a second load of the original in the same rounds (the null fold: what the "
+                  "bench reads between two identical models, shown beside the fold's result)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  o.layouts = 2;
+  cmd->add_option("--layouts", o.layouts,
+                  "Parameter layouts per length (.pt): every model's storages move to drawn page offsets before "
+                  "each share of the rounds, so the interval resamples layouts too (1: where each load put them)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the results as JSON (format foldnorm-bench/1)");
   cmd->add_option("--json-out", args->jsonOut, "Also write the JSON to this file (the table still prints)");
   cmd->callback([args, &exitCode] {
@@ -64,6 +95,8 @@ void setup(CLI::App& app, int& exitCode) {
     bench::keepLargeBuffersOnHeap();
     args->options.scaleAbsorb = !args->noScaleAbsorb;
     args->options.insertCentering = !args->noInsertCentering;
+    args->options.nullControl = args->nullControl == "on";
+    choosePages(*args, std::cerr);  // before the model's load: LibTorch reads the setting once
     if (!args->jsonOut.empty()) checkOutputFile(args->jsonOut, {args->model});  // before minutes of timing
     const auto report = bench::runModelBench(args->model, args->options, std::cerr);
     if (!args->jsonOut.empty()) {
