@@ -375,6 +375,33 @@ TEST_CASE("under several layouts the interval resamples the layouts: one layout'
   CHECK_THROWS_AS(pairedRatioByLayout({one, {}}, 3), std::invalid_argument);
 }
 
+TEST_CASE("the null fold's third copy is left out, and said, where it would not fit in memory", "[bench]") {
+  using foldnorm::bench::nullControlRefusal;
+  const int64_t gb = 1000 * 1000 * 1000;
+  CHECK(nullControlRefusal(6 * gb, 20 * gb).empty());           // room to spare
+  CHECK(nullControlRefusal(6 * gb, 6 * gb + 3 * gb / 2).empty());  // exactly a quarter to spare
+  CHECK(nullControlRefusal(1, -1).empty());                       // unknown: loaded, as before
+  // GPT-2 XL's 6.3 GB with 5 GB left beside the two timed copies (a 24 GB machine).
+  const auto why = nullControlRefusal(6300 * gb / 1000, 5 * gb);
+  CHECK_THAT(why, Catch::Contains("6.30 GB") && Catch::Contains("5.00 GB available"));
+  CHECK_FALSE(nullControlRefusal(6 * gb, 6 * gb + gb).empty());   // under a quarter to spare
+
+  // A report that skipped it says so in its table and JSON; one that did not, does not.
+  ScratchDir dir;
+  const auto model = buildTinyGpt2(dir);
+  std::ostringstream progress;
+  auto o = quickOptions();
+  o.seqs = {8};
+  o.nullControl = true;
+  auto r = runModelBench(model, o, progress);  // a tiny model: its third copy fits
+  CHECK(r.nullControlSkipped.empty());
+  CHECK(r.cases[0].control.rounds > 0);
+  CHECK(foldnorm::bench::toJson(r)["null_control_skipped"].is_null());
+  r.nullControlSkipped = why;
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("null fold skipped: a third copy"));
+  CHECK(foldnorm::bench::toJson(r)["null_control_skipped"] == why);
+}
+
 TEST_CASE("the model bench moves every model's parameters between shares of the rounds when asked", "[bench]") {
   ScratchDir dir;
   const auto model = buildTinyGpt2(dir);

@@ -9,11 +9,14 @@
 // fresh set of allocations, as another load would give.
 #include "bench_model_internal.h"
 
+#include "foldnorm/common/measure.h"
+
 #include <ATen/ATen.h>
 #include <torch/script.h>
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 namespace foldnorm::bench::detail {
@@ -65,4 +68,29 @@ void relocateParameters(torch::jit::Module& module, std::mt19937_64& rng) {
   }
 }
 
+int64_t moduleBytes(const torch::jit::Module& module) {
+  std::set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  for (const auto& sub : module.modules()) {
+    for (const auto& attribute : sub.named_attributes(/*recurse=*/false)) {
+      if (!attribute.value.isTensor()) continue;
+      const auto t = attribute.value.toTensor();
+      if (!t.defined() || !t.has_storage()) continue;
+      if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+    }
+  }
+  return bytes;
+}
+
 }  // namespace foldnorm::bench::detail
+
+namespace foldnorm::bench {
+
+std::string nullControlRefusal(int64_t modelBytes, int64_t availableBytes) {
+  if (availableBytes < 0 || modelBytes + modelBytes / 4 <= availableBytes) return "";
+  return format("a third copy of the model (%.2f GB) would not fit in the %.2f GB available beside the two timed, "
+                "so the rounds time those two only",
+                static_cast<double>(modelBytes) / 1e9, static_cast<double>(availableBytes) / 1e9);
+}
+
+}  // namespace foldnorm::bench

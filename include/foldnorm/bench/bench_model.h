@@ -150,6 +150,7 @@ struct ModelBenchReport {
   std::string rmsOp;        // what the folded LNs became: "foldnorm" | "aten"
   bool largeBuffersOnHeap = false;  // keepLargeBuffersOnHeap() was called (else glibc mmaps them)
   bool hugePages = false;           // useHugePages() was called (else 4 KiB pages: a load's placement varies)
+  std::string nullControlSkipped;   // non-empty: the null fold was asked for but not run, and why
   int foldedLayerNorms = 0;
   int keptLayerNorms = 0;
   int fusedAddNorms = 0;    // residual adds fused into foldnorm::add_rms_norm by the fold
@@ -225,6 +226,12 @@ void keepLargeBuffersOnHeap();
 /// at its first CPU allocation. Throws foldnorm::Error when it was read before, or when the kernel
 /// has transparent huge pages off.
 void useHugePages();
+
+/// Why the null fold's third copy of a model of `modelBytes` is not loaded with `availableBytes`
+/// left (/proc/meminfo's MemAvailable after the two timed copies; < 0: unknown, then it is);
+/// empty: it fits with a quarter to spare for the forwards' activations. A CPU bench without room
+/// runs without its null fold and says so (ModelBenchReport::nullControlSkipped).
+std::string nullControlRefusal(int64_t modelBytes, int64_t availableBytes);
 
 /// Whether LibTorch sees a CUDA device (torch::cuda::is_available()): lets code that includes no
 /// torch header (the GUI's device choice) offer `device = "cuda"` only where it can run.

@@ -33,6 +33,21 @@ inline int64_t statusBytes(const std::string& key) {
 }  // namespace memory_detail
 
 inline int64_t residentBytes() { return memory_detail::statusBytes("VmRSS"); }
+
+/// What the kernel says could be allocated without swapping (MemAvailable of /proc/meminfo), in
+/// bytes; -1 where it does not say.
+inline int64_t availableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      std::istringstream fields(line.substr(13));
+      int64_t kb = -1;
+      fields >> kb;
+      return kb < 0 ? -1 : kb * 1024;
+    }
+  return -1;
+}
 inline int64_t peakResidentBytes() { return memory_detail::statusBytes("VmHWM"); }
 
 /// Resets the high-water mark to the current resident size; false where the kernel does not
