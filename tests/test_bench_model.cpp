@@ -385,6 +385,11 @@ TEST_CASE("the null fold's third copy is left out, and said, where it would not 
   const auto why = nullControlRefusal(6300 * gb / 1000, 5 * gb);
   CHECK_THAT(why, Catch::Contains("6.30 GB") && Catch::Contains("5.00 GB available"));
   CHECK_FALSE(nullControlRefusal(6 * gb, 6 * gb + gb).empty());   // under a quarter to spare
+  // Moving the two timed copies' parameters: GPT-2 XL's 12.6 GB with 2.4 GB left.
+  using foldnorm::bench::layoutsRefusal;
+  CHECK(layoutsRefusal(12 * gb, 20 * gb).empty());
+  CHECK_THAT(layoutsRefusal(12600 * gb / 1000, 2400 * gb / 1000),
+             Catch::Contains("12.60 GB") && Catch::Contains("2.40 GB are available") && Catch::Contains("1 layout"));
 
   // A report that skipped it says so in its table and JSON; one that did not, does not.
   ScratchDir dir;
@@ -397,6 +402,10 @@ TEST_CASE("the null fold's third copy is left out, and said, where it would not 
   CHECK(r.nullControlSkipped.empty());
   CHECK(r.cases[0].control.rounds > 0);
   CHECK(foldnorm::bench::toJson(r)["null_control_skipped"].is_null());
+  CHECK(r.layoutsSkipped.empty());
+  CHECK(foldnorm::bench::toJson(r)["layouts_skipped"].is_null());
+  r.layoutsSkipped = layoutsRefusal(12600 * gb / 1000, 2400 * gb / 1000);
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("parameter layouts skipped: moving"));
   r.nullControlSkipped = why;
   CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("null fold skipped: a third copy"));
   CHECK(foldnorm::bench::toJson(r)["null_control_skipped"] == why);

@@ -518,10 +518,18 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   // Both models afresh, alike in every way but the fold.
   progress << "[bench] loading fresh copies of both models (" << options.dtype << " on " << options.device << ")\n"
            << std::flush;
-  const auto foldedBytes = serializeModule(folded.torch->module);
+  // Two more copies of a model beside the import's and the fold's: refuse in one line where they
+  // cannot fit (GPT-2 XL: 2 x 6.3 GB), rather than be killed by the kernel while loading them.
+  if (device.is_cpu()) {
+    const auto need = 2 * moduleBytes(model.torch->module), available = availableMemoryBytes();
+    if (available >= 0 && need + need / 8 > available)
+      throw Error(format("bench: the two fresh copies this bench times need about %.2f GB and %.2f GB are available; "
+                         "time it on a machine with more memory",
+                         static_cast<double>(need) / 1e9, static_cast<double>(available) / 1e9));
+  }
   c10::InferenceMode inference;
   auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
-  auto foldedCopy = prepareCopy(loadModule(foldedBytes), dtype, device);
+  auto foldedCopy = prepareCopy(loadThroughFile(folded.torch->module), dtype, device);
   Runners runners{bindModule(original), bindModule(foldedCopy), {}, {}, {}};
   jit::Module control;
   // A third copy of a large model may not fit beside the two (GPT-2 XL: 3 x 6.3 GB on 24 GB): then
@@ -537,11 +545,15 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
     control = prepareCopy(freshCopy(*model.torch), dtype, device);
     runners.control = bindModule(control);
   }
-  if (options.layouts > 1) {
+  std::vector<jit::Module*> models{&original, &foldedCopy};
+  if (runners.control) models.push_back(&control);  // not when its copy was left out
+  int64_t modelsBytes = 0;
+  for (const auto* m : models) modelsBytes += moduleBytes(*m);
+  report.layoutsSkipped = options.layouts > 1 && device.is_cpu() ? layoutsRefusal(modelsBytes, availableMemoryBytes()) : "";
+  if (!report.layoutsSkipped.empty()) progress << "[bench] parameter layouts skipped: " << report.layoutsSkipped << "\n";
+  if (options.layouts > 1 && report.layoutsSkipped.empty()) {
     // Every model alike, the original included: none keeps the layout its load happened to give it.
     auto rng = std::make_shared<std::mt19937_64>(options.seed);
-    std::vector<jit::Module*> models{&original, &foldedCopy};
-    if (options.nullControl) models.push_back(&control);
     runners.relayout = [rng, models] {
       for (auto* m : models) relocateParameters(*m, *rng);
     };
@@ -558,7 +570,9 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   importOptions.seed = options.seed;
   importOptions.progress = [&](const std::string& m) { progress << "[bench] " << m << "\n" << std::flush; };
   for (const auto& s : options.inputSpecs) importOptions.inputs.push_back(parseInputSpec(s));
-  const auto model = importModel(modelPath, importOptions);
+  auto model = importModel(modelPath, importOptions);
+  // Copies load the file again (as `foldnorm fold` does): the archive's bytes need not stay.
+  if (model.torch && model.torch->makeCopy) model.torch->archive.reset();
   AnalysisOptions analysisOptions;
   analysisOptions.scaleAbsorb = options.scaleAbsorb;
   analysisOptions.insertCentering = options.insertCentering;

@@ -15,9 +15,13 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <string>
+
+#include <unistd.h>
 
 namespace foldnorm::bench::detail {
 
@@ -68,6 +72,19 @@ void relocateParameters(torch::jit::Module& module, std::mt19937_64& rng) {
   }
 }
 
+torch::jit::Module loadThroughFile(const torch::jit::Module& module) {
+  // Saved to a file and loaded from it: an in-memory archive would hold the model's bytes twice
+  // more while saving (the stream and its string) and once more while loading.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("foldnorm-bench-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<std::uintptr_t>(&module)) + ".pt");
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() { std::error_code ignored; std::filesystem::remove(p, ignored); }
+  } remove{path};
+  module.save(path.string());
+  return torch::jit::load(path.string(), c10::Device(c10::kCPU));
+}
+
 int64_t moduleBytes(const torch::jit::Module& module) {
   std::set<const c10::StorageImpl*> seen;
   int64_t bytes = 0;
@@ -86,11 +103,25 @@ int64_t moduleBytes(const torch::jit::Module& module) {
 
 namespace foldnorm::bench {
 
+namespace {
+// Empty where `bytes` fit in `available` with a quarter to spare (or nothing is known).
+bool fits(int64_t bytes, int64_t available) { return available < 0 || bytes + bytes / 4 <= available; }
+}  // namespace
+
 std::string nullControlRefusal(int64_t modelBytes, int64_t availableBytes) {
-  if (availableBytes < 0 || modelBytes + modelBytes / 4 <= availableBytes) return "";
+  if (fits(modelBytes, availableBytes)) return "";
   return format("a third copy of the model (%.2f GB) would not fit in the %.2f GB available beside the two timed, "
                 "so the rounds time those two only",
                 static_cast<double>(modelBytes) / 1e9, static_cast<double>(availableBytes) / 1e9);
+}
+
+std::string layoutsRefusal(int64_t modelsBytes, int64_t availableBytes) {
+  if (fits(modelsBytes, availableBytes)) return "";
+  // Each storage moves to a new allocation a page longer than the old one, which the heap kept for
+  // timing (keepLargeBuffersOnHeap) cannot reuse: a move can take as much again as the models.
+  return format("moving the timed models' %.2f GB of parameters to new page offsets could take as much again, and "
+                "%.2f GB are available, so each keeps where its load put it (1 layout)",
+                static_cast<double>(modelsBytes) / 1e9, static_cast<double>(availableBytes) / 1e9);
 }
 
 }  // namespace foldnorm::bench

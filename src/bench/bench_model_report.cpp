@@ -51,6 +51,7 @@ nlohmann::json toJson(const ModelBenchReport& r) {
           {"large_buffers_on_heap", r.largeBuffersOnHeap},
           {"huge_pages", r.hugePages},
           {"null_control_skipped", r.nullControlSkipped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.nullControlSkipped)},
+          {"layouts_skipped", r.layoutsSkipped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.layoutsSkipped)},
           {"item_unit", r.itemUnit},
           {"seq_applies", r.seqApplies},
           {"seq_note", r.seqNote},
@@ -90,6 +91,7 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
     s += format("1-minute load average %.2f before, %.2f after (others' work on this machine)\n",
                 r.loadBefore, r.loadAfter);
   if (!r.nullControlSkipped.empty()) s += "null fold skipped: " + r.nullControlSkipped + "\n";
+  if (!r.layoutsSkipped.empty()) s += "parameter layouts skipped: " + r.layoutsSkipped + "\n";
   s += "median ms (p10-p90); speed-up = per-round original/folded, median (p10-p90); its bootstrap 95% "
        "interval decides faster / slower / within noise\n\n";
   const std::string unit = r.itemUnit == "tokens" ? "tok/s" : "img/s";

@@ -151,6 +151,7 @@ struct ModelBenchReport {
   bool largeBuffersOnHeap = false;  // keepLargeBuffersOnHeap() was called (else glibc mmaps them)
   bool hugePages = false;           // useHugePages() was called (else 4 KiB pages: a load's placement varies)
   std::string nullControlSkipped;   // non-empty: the null fold was asked for but not run, and why
+  std::string layoutsSkipped;       // non-empty: several layouts were asked for, 1 was run, and why
   int foldedLayerNorms = 0;
   int keptLayerNorms = 0;
   int fusedAddNorms = 0;    // residual adds fused into foldnorm::add_rms_norm by the fold
@@ -232,6 +233,11 @@ void useHugePages();
 /// empty: it fits with a quarter to spare for the forwards' activations. A CPU bench without room
 /// runs without its null fold and says so (ModelBenchReport::nullControlSkipped).
 std::string nullControlRefusal(int64_t modelBytes, int64_t availableBytes);
+
+/// The same for moving parameters between layouts (BenchModelOptions::layouts > 1) of timed models
+/// of `modelsBytes` together: empty where it fits, else why the bench keeps 1 layout
+/// (ModelBenchReport::layoutsSkipped).
+std::string layoutsRefusal(int64_t modelsBytes, int64_t availableBytes);
 
 /// Whether LibTorch sees a CUDA device (torch::cuda::is_available()): lets code that includes no
 /// torch header (the GUI's device choice) offer `device = "cuda"` only where it can run.
