@@ -9,10 +9,12 @@
 #include "bench_model_internal.h"
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/common/measure.h"
+#include "foldnorm/common/memory.h"
 #include "foldnorm/fold/fold_export.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
 #include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::bench {
 namespace {
@@ -150,7 +152,15 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& f
   // The null fold: the original program again, over its own copy of the state (a float32 CPU run
   // keeps the archive's tensors, so without the clones both would read the same bytes).
   std::optional<ExportInterpreter> control;
-  if (options.nullControl) {
+  std::vector<at::Tensor> stateTensors;
+  for (const auto& entry : state) stateTensors.push_back(entry.second);
+  // As the TorchScript bench: a copy that would not fit is left out, and said.
+  report.nullControlSkipped = options.nullControl && detail::deviceOf(options).is_cpu()
+                                  ? nullControlRefusal(distinctStorageBytes(stateTensors), availableMemoryBytes())
+                                  : "";
+  if (!report.nullControlSkipped.empty()) {
+    progress << "[bench] null fold skipped: " << report.nullControlSkipped << "\n";
+  } else if (options.nullControl) {
     std::map<std::string, at::Tensor> copied;
     for (const auto& [name, tensor] : state) copied[name] = tensor.clone();
     control.emplace(archive.program, copied, run);

@@ -521,7 +521,7 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   // Two more copies of a model beside the import's and the fold's: refuse in one line where they
   // cannot fit (GPT-2 XL: 2 x 6.3 GB), rather than be killed by the kernel while loading them.
   if (device.is_cpu()) {
-    const auto need = 2 * moduleBytes(model.torch->module), available = availableMemoryBytes();
+    const auto need = 2 * distinctStorageBytes(attributeTensors(model.torch->module)), available = availableMemoryBytes();
     if (available >= 0 && need + need / 8 > available)
       throw Error(format("bench: the two fresh copies this bench times need about %.2f GB and %.2f GB are available; "
                          "time it on a machine with more memory",
@@ -529,13 +529,13 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   }
   c10::InferenceMode inference;
   auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
-  auto foldedCopy = prepareCopy(loadThroughFile(folded.torch->module), dtype, device);
+  auto foldedCopy = prepareCopy(copyThroughFile(folded.torch->module), dtype, device);
   Runners runners{bindModule(original), bindModule(foldedCopy), {}, {}, {}};
   jit::Module control;
   // A third copy of a large model may not fit beside the two (GPT-2 XL: 3 x 6.3 GB on 24 GB): then
   // the bench runs without its null fold and says so, rather than being killed mid-run.
   const auto refusal = options.nullControl && device.is_cpu()
-                           ? nullControlRefusal(moduleBytes(original), availableMemoryBytes())
+                           ? nullControlRefusal(distinctStorageBytes(attributeTensors(original)), availableMemoryBytes())
                            : std::string();
   if (!refusal.empty()) {
     report.nullControlSkipped = refusal;
@@ -548,7 +548,7 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   std::vector<jit::Module*> models{&original, &foldedCopy};
   if (runners.control) models.push_back(&control);  // not when its copy was left out
   int64_t modelsBytes = 0;
-  for (const auto* m : models) modelsBytes += moduleBytes(*m);
+  for (const auto* m : models) modelsBytes += distinctStorageBytes(attributeTensors(*m));
   report.layoutsSkipped = options.layouts > 1 && device.is_cpu() ? layoutsRefusal(modelsBytes, availableMemoryBytes()) : "";
   if (!report.layoutsSkipped.empty()) progress << "[bench] parameter layouts skipped: " << report.layoutsSkipped << "\n";
   if (options.layouts > 1 && report.layoutsSkipped.empty()) {

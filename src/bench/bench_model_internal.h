@@ -59,14 +59,6 @@ struct Runners {
   std::function<void()> relayout;
 };
 
-/// Bytes of the distinct storages of `module`'s tensor attributes, submodules included (tied
-/// tensors once): what one more loaded copy of it takes.
-int64_t moduleBytes(const torch::jit::Module& module);
-
-/// A fresh copy of `module` (own types and tensors) saved to a temporary file and loaded from it,
-/// the file removed: no in-memory archive of a large model.
-torch::jit::Module loadThroughFile(const torch::jit::Module& module);
-
 /// The report's header from the fold it times: refuses a fold that folded nothing, was not
 /// verified or is not float64-equivalent; says "fold verified: ..." on `progress`. Call with the
 /// bench's ScopedThreads in place (the thread count is read here).

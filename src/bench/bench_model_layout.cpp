@@ -7,6 +7,8 @@
 // over layouts instead; the interval then resamples the layouts as well as the rounds. With huge
 // pages (useHugePages) the offset is the page start, as LibTorch aligns then: a layout is then a
 // fresh set of allocations, as another load would give.
+// Also whether the bench has the room for what needs a model's bytes again (the null fold's third
+// copy, the layouts' moves): nullControlRefusal, layoutsRefusal.
 #include "bench_model_internal.h"
 
 #include "foldnorm/common/measure.h"
@@ -15,13 +17,10 @@
 #include <torch/script.h>
 
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
-
-#include <unistd.h>
 
 namespace foldnorm::bench::detail {
 
@@ -70,33 +69,6 @@ void relocateParameters(torch::jit::Module& module, std::mt19937_64& rng) {
       sub.setattr(attribute.name, relocated);
     }
   }
-}
-
-torch::jit::Module loadThroughFile(const torch::jit::Module& module) {
-  // Saved to a file and loaded from it: an in-memory archive would hold the model's bytes twice
-  // more while saving (the stream and its string) and once more while loading.
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("foldnorm-bench-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<std::uintptr_t>(&module)) + ".pt");
-  struct Remove {
-    std::filesystem::path p;
-    ~Remove() { std::error_code ignored; std::filesystem::remove(p, ignored); }
-  } remove{path};
-  module.save(path.string());
-  return torch::jit::load(path.string(), c10::Device(c10::kCPU));
-}
-
-int64_t moduleBytes(const torch::jit::Module& module) {
-  std::set<const c10::StorageImpl*> seen;
-  int64_t bytes = 0;
-  for (const auto& sub : module.modules()) {
-    for (const auto& attribute : sub.named_attributes(/*recurse=*/false)) {
-      if (!attribute.value.isTensor()) continue;
-      const auto t = attribute.value.toTensor();
-      if (!t.defined() || !t.has_storage()) continue;
-      if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
-    }
-  }
-  return bytes;
 }
 
 }  // namespace foldnorm::bench::detail

@@ -33,16 +33,6 @@ std::string stepOf(const std::string& line) {
   return {};
 }
 
-int64_t tensorBytes(const TorchModel& tm) {
-  std::set<const void*> seen;
-  int64_t bytes = 0;
-  for (const auto& t : tm.parameterTensors) {
-    if (!t.defined() || !t.has_storage()) continue;
-    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
-  }
-  return bytes;
-}
-
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
 }  // namespace
@@ -73,7 +63,7 @@ FoldMemoryReport measureFoldMemory(const std::string& modelPath, const std::stri
   {
     auto model = importTorchScript(modelPath, io);
     model.torch->archive.reset();  // as `foldnorm fold` does: the fold clones the loaded module
-    report.modelBytes = tensorBytes(*model.torch);
+    report.modelBytes = distinctStorageBytes(model.torch->parameterTensors);
     memory.begin("analysis");
     auto analysis = analyzeFoldability(model.graph);
     auto fo = options.fold;

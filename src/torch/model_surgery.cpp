@@ -4,7 +4,9 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 
 #include <map>
@@ -12,6 +14,8 @@
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
+
+#include <unistd.h>
 
 namespace foldnorm {
 namespace {
@@ -279,6 +283,21 @@ class BytesReader : public caffe2::serialize::ReadAdapterInterface {
 };
 
 }  // namespace
+
+jit::Module copyThroughFile(const jit::Module& module) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("foldnorm-copy-" + std::to_string(::getpid()) + "-" +
+                     std::to_string(reinterpret_cast<std::uintptr_t>(&module)) + ".pt");
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() {
+      std::error_code ignored;
+      std::filesystem::remove(p, ignored);
+    }
+  } remove{path};
+  module.save(path.string());
+  return jit::load(path.string(), c10::Device(c10::kCPU));
+}
 
 jit::Module loadModule(const std::string& bytes) {
   jit::ExtraFilesMap none;

@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <set>
 #include <sstream>
 
 #include "foldnorm/common/error.h"
@@ -115,6 +116,24 @@ torch::jit::Module freshCopy(const TorchModel& model) {
   if (!model.archive) throw std::logic_error("freshCopy: the model's archive bytes were released");
   std::istringstream in(*model.archive);
   return jit::load(in, c10::Device(c10::kCPU), model.debugRecords);
+}
+
+int64_t distinctStorageBytes(const std::vector<at::Tensor>& tensors) {
+  std::set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
+std::vector<at::Tensor> attributeTensors(const torch::jit::Module& module) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& sub : module.modules())
+    for (const auto& attribute : sub.named_attributes(/*recurse=*/false))
+      if (attribute.value.isTensor()) tensors.push_back(attribute.value.toTensor());
+  return tensors;
 }
 
 }  // namespace foldnorm

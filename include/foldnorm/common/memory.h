@@ -1,5 +1,6 @@
 // Resident memory of this process, step by step (Linux /proc): what the fold's memory table in
-// docs/performance.md and its regression test measure. A step's peak is the kernel's high-water
+// docs/performance.md and its regression test measure; and what memory is left (the bench's
+// checks before it loads another copy of a model). A step's peak is the kernel's high-water
 // mark (VmHWM) since the step began: writing 5 to /proc/self/clear_refs resets it to the current
 // resident size, so each step's figure is its own, not the process's maximum so far.
 #pragma once
@@ -17,9 +18,9 @@
 namespace foldnorm {
 
 namespace memory_detail {
-/// A "Vm...:  123 kB" line of /proc/self/status, in bytes; -1 where there is none.
-inline int64_t statusBytes(const std::string& key) {
-  std::ifstream in("/proc/self/status");
+/// A "Key:  123 kB" line of a /proc file, in bytes; -1 where there is none.
+inline int64_t kilobyteField(const char* file, const std::string& key) {
+  std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
     if (line.rfind(key + ":", 0) == 0) {
@@ -30,24 +31,14 @@ inline int64_t statusBytes(const std::string& key) {
     }
   return -1;
 }
+inline int64_t statusBytes(const std::string& key) { return kilobyteField("/proc/self/status", key); }
 }  // namespace memory_detail
 
 inline int64_t residentBytes() { return memory_detail::statusBytes("VmRSS"); }
 
 /// What the kernel says could be allocated without swapping (MemAvailable of /proc/meminfo), in
 /// bytes; -1 where it does not say.
-inline int64_t availableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("MemAvailable:", 0) == 0) {
-      std::istringstream fields(line.substr(13));
-      int64_t kb = -1;
-      fields >> kb;
-      return kb < 0 ? -1 : kb * 1024;
-    }
-  return -1;
-}
+inline int64_t availableMemoryBytes() { return memory_detail::kilobyteField("/proc/meminfo", "MemAvailable"); }
 inline int64_t peakResidentBytes() { return memory_detail::statusBytes("VmHWM"); }
 
 /// Resets the high-water mark to the current resident size; false where the kernel does not

@@ -85,6 +85,9 @@ std::string serializeModule(const torch::jit::Module& module);
 /// A fresh, independent module (own types and tensors) from `bytes`, on the CPU. Reads the bytes
 /// where they are (an std::istringstream would first copy them: one more model's worth).
 torch::jit::Module loadModule(const std::string& bytes);
+/// A fresh copy of `module` (own types and tensors) through a temporary file, removed after the
+/// load: no in-memory archive (which holds a large model's bytes two or three times over).
+torch::jit::Module copyThroughFile(const torch::jit::Module& module);
 torch::jit::Module loadModule(const std::string& bytes, torch::jit::ExtraFilesMap& extra, bool loadDebugFiles);
 
 }  // namespace foldnorm

@@ -36,6 +36,12 @@ struct TorchModel {
 /// A fresh, independent module (own types and tensors) loaded from `model.archive`.
 torch::jit::Module freshCopy(const TorchModel& model);
 
+/// Bytes of the distinct storages among `tensors` (tied tensors, views of one storage: once).
+int64_t distinctStorageBytes(const std::vector<at::Tensor>& tensors);
+
+/// `module`'s tensor attributes (parameters, buffers), submodules included: what a loaded copy holds.
+std::vector<at::Tensor> attributeTensors(const torch::jit::Module& module);
+
 /// Example inputs drawn from specs (seeded, reproducible).
 std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
 
