@@ -5,6 +5,7 @@
 
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/analysis/rules.h"
+#include "foldnorm/common/measure.h"
 
 namespace foldnorm {
 namespace {
@@ -14,12 +15,6 @@ std::string actionText(const Graph& g, const CenterAction& a) {
   if (a.groups > 1) s += " within " + std::to_string(a.groups) + " groups";
   if (a.scale != kNone) s += " scaled by " + g.parameter(a.scale).path;
   return s;
-}
-
-std::string humanBytes(int64_t b) {
-  if (b >= (1LL << 20)) return fmt::format("{:.1f} MiB", b / double(1LL << 20));
-  if (b >= (1LL << 10)) return fmt::format("{:.1f} KiB", b / double(1LL << 10));
-  return fmt::format("{} B", b);
 }
 
 nlohmann::json nodeJson(const Graph& g, NodeId id) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/measure.h"
 
 namespace foldnorm {
 
@@ -114,15 +115,6 @@ nlohmann::json toJson(const ModelSummary& s) {
   j["outputs"] = io(s.outputs);
   return j;
 }
-
-namespace {
-std::string humanBytes(int64_t b) {
-  if (b >= (1LL << 30)) return fmt::format("{:.2f} GiB", b / double(1LL << 30));
-  if (b >= (1LL << 20)) return fmt::format("{:.1f} MiB", b / double(1LL << 20));
-  if (b >= (1LL << 10)) return fmt::format("{:.1f} KiB", b / double(1LL << 10));
-  return fmt::format("{} B", b);
-}
-}  // namespace
 
 std::string toText(const ModelSummary& s) {
   std::string out = fmt::format("model: {}\n", s.path);

@@ -1,10 +1,11 @@
 // What every timing harness shares (bench-norm, bench, bench-analysis, the analyses programs):
-// quantiles of samples, the machine's load average said with the numbers, and printf-style
-// formatting (torch-facing code cannot use the system {fmt}: LibTorch bundles its own headers).
+// quantiles of samples, the machine's load average said with the numbers, printf-style
+// formatting and byte counts in words (torch-facing code cannot use the system {fmt}: LibTorch bundles its own headers).
 #pragma once
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -43,6 +44,14 @@ inline std::string format(const char* pattern, ...) {
   std::vsnprintf(s.data(), s.size() + 1, pattern, args);
   va_end(args);
   return s;
+}
+
+/// A byte count for people: "512 B", "3.0 KiB", "1.5 MiB", "5.85 GiB".
+inline std::string humanBytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return format("%.2f GiB", static_cast<double>(b) / static_cast<double>(int64_t{1} << 30));
+  if (b >= (int64_t{1} << 20)) return format("%.1f MiB", static_cast<double>(b) / static_cast<double>(int64_t{1} << 20));
+  if (b >= (int64_t{1} << 10)) return format("%.1f KiB", static_cast<double>(b) / static_cast<double>(int64_t{1} << 10));
+  return format("%lld B", static_cast<long long>(b));
 }
 
 }  // namespace foldnorm
