@@ -15,6 +15,7 @@
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
+#include "foldnorm/torch/torch_model.h"
 #include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
 #include "skip.h"
@@ -274,6 +275,45 @@ TEST_CASE("the model bench times the model it is given: no re-import, process se
   ::unlink(path.c_str());
   CHECK_THROWS_WITH(runModelBench(model, folded, o, progress),
                     Catch::Contains("changed (or went away) since it was imported"));
+}
+
+TEST_CASE("the path bench frees the import's and the fold's tensors before timing; a host's models are kept",
+          "[bench]") {
+  ScratchDir dir;
+  const auto path = buildTinyGpt2(dir);
+  const auto model = foldnorm::importTorchScript(path);
+  const auto modelBytes =
+      foldnorm::distinctStorageBytes(foldnorm::attributeTensors(model.torch->module));
+  REQUIRE(modelBytes > 0);
+  std::ostringstream progress;
+  auto o = quickOptions();
+  o.seqs = {8};
+  o.nullControl = true;  // its copy loads after the import was freed: from the file, as the others
+
+  // The CLI's path owns both: the import's parameters and the fold's (a copy with centered weights,
+  // each at least the model's bytes) are freed, and the timing still runs all three models.
+  const auto r = runModelBench(path, o, progress);
+  CHECK(r.releasedBytes >= 2 * modelBytes);
+  REQUIRE(r.cases.size() == 1);
+  checkTimed(r.cases[0]);
+  CHECK(r.cases[0].control.rounds == r.cases[0].paired.rounds);
+  CHECK(foldnorm::bench::toJson(r)["released_bytes"].get<int64_t>() == r.releasedBytes);
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(r), Catch::Contains("were freed before timing"));
+  CHECK_THAT(progress.str(), Catch::Contains("freed the import's and the fold's tensors"));
+
+  // A host's import and fold are its own: nothing freed, both still run afterwards.
+  const auto analysis = foldnorm::analyzeFoldability(model.graph);
+  const auto folded = foldnorm::bench::foldForBench(model, analysis, o, progress);
+  const auto hosted = runModelBench(model, folded, o, progress);
+  CHECK(hosted.releasedBytes == 0);
+  CHECK(foldnorm::bench::toJson(hosted)["released_bytes"].get<int64_t>() == 0);
+  CHECK_THAT(foldnorm::bench::formatModelBenchTable(hosted), !Catch::Contains("were freed before timing"));
+  CHECK(foldnorm::distinctStorageBytes(foldnorm::attributeTensors(model.torch->module)) == modelBytes);
+  const auto inputs = foldnorm::makeInputs(model.inputSpecs, 1);
+  const auto a = foldnorm::runGraph(model.torch->module, model.torch->graph, inputs);
+  const auto b = foldnorm::runGraph(folded.torch->module, folded.torch->graph, inputs);
+  REQUIRE(a.size() == b.size());
+  CHECK(at::allclose(a[0], b[0], 1e-4, 1e-5));
 }
 
 TEST_CASE("the model bench refuses a model where nothing folds: it would compare a model with itself",

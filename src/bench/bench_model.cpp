@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -419,49 +420,6 @@ bool hugePagesInUse() { return hugePages; }
 
 using namespace detail;
 
-PairedRatio pairedRatio(const std::vector<double>& ratios, uint64_t seed, int resamples) {
-  return pairedRatioByLayout({ratios}, seed, resamples);
-}
-
-PairedRatio pairedRatioByLayout(const std::vector<std::vector<double>>& ratiosByLayout, uint64_t seed, int resamples) {
-  std::vector<double> ratios;
-  for (const auto& g : ratiosByLayout) {
-    if (g.empty()) throw std::invalid_argument("pairedRatio: a layout without rounds");
-    ratios.insert(ratios.end(), g.begin(), g.end());
-  }
-  if (ratios.size() < 2) throw std::invalid_argument("pairedRatio: at least two ratios are needed");
-  if (resamples < 100) throw std::invalid_argument("pairedRatio: at least 100 resamples are needed");
-  // Percentile bootstrap of the median: rounds are resampled whole, so each keeps its own pair of
-  // back-to-back runs; a fixed seed makes the interval a function of the ratios. Under several
-  // layouts, first the layouts are drawn with replacement (their spread is part of the
-  // uncertainty: one layout is one draw of where the weights lie), then rounds within each.
-  std::mt19937_64 generator(seed);
-  const std::size_t groups = ratiosByLayout.size();
-  std::uniform_int_distribution<std::size_t> pickGroup(0, groups - 1);
-  std::vector<double> medians(static_cast<std::size_t>(resamples)), sample;
-  sample.reserve(ratios.size());
-  for (auto& m : medians) {
-    sample.clear();
-    for (std::size_t k = 0; k < groups; ++k) {
-      const auto& g = ratiosByLayout[groups == 1 ? 0 : pickGroup(generator)];
-      std::uniform_int_distribution<std::size_t> pick(0, g.size() - 1);
-      for (std::size_t i = 0; i < g.size(); ++i) sample.push_back(g[pick(generator)]);
-    }
-    m = quantile(sample, 0.5);
-  }
-  PairedRatio p;
-  p.median = quantile(ratios, 0.5);
-  p.low = quantile(medians, 0.025);
-  p.high = quantile(medians, 0.975);
-  p.rounds = static_cast<int>(ratios.size());
-  // Below 10 rounds a percentile bootstrap of a median is too coarse to trust either way (a 4-round
-  // run on a loaded machine can look "slower" by chance).
-  constexpr std::size_t kMinRoundsToDecide = 10;
-  if (ratios.size() < kMinRoundsToDecide) p.verdict = "too few rounds";
-  else p.verdict = p.low > 1 ? "faster" : p.high < 1 ? "slower" : "within noise";
-  return p;
-}
-
 void keepLargeBuffersOnHeap() {
   // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and page-fault
   // them afresh on every forward, timing the kernel's page faults, not the model. Keep the heap
@@ -506,8 +464,37 @@ FoldedModel foldForBench(const ImportedModel& model, const AnalysisResult& analy
   return foldModel(model, analysis, foldOptionsFor(options, progress));
 }
 
-ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
-                               const BenchModelOptions& options, std::ostream& progress) {
+namespace {
+
+/// What a bench that owns its import and fold frees while it loads the timed copies (the CLI's
+/// path); both empty for a host's models (benchModel). Each returns the bytes it freed.
+struct SourceRelease {
+  std::function<int64_t()> import;  // before the copies load: they come from the file, not from it
+  std::function<int64_t()> fold;    // once the folded copy has loaded (it is copied through a file)
+};
+
+/// Drops every tensor `t` holds (module, graph constants, recorded inputs and outputs) and says how
+/// many bytes of storage that was; how to make a fresh copy (makeCopy, archive) stays.
+int64_t releaseTensors(TorchModel& t) {
+  auto tensors = attributeTensors(t.module);
+  for (const auto* held : {&t.parameterTensors, &t.exampleInputs, &t.exampleOutputs})
+    tensors.insert(tensors.end(), held->begin(), held->end());
+  const auto bytes = distinctStorageBytes(tensors);
+  tensors.clear();
+  t.module = jit::Module();
+  t.nodes.clear();
+  t.values.clear();
+  t.graph.reset();
+  t.parameterTensors.clear();
+  t.exampleInputs.clear();
+  t.exampleOutputs.clear();
+  releaseFreedHeap();  // large buffers live on the heap (keepLargeBuffersOnHeap): give their pages back
+  return bytes;
+}
+
+ModelBenchReport runTorchScriptBench(const ImportedModel& model, const FoldedModel& folded,
+                                     const BenchModelOptions& options, std::ostream& progress,
+                                     const SourceRelease& release) {
   checkOptions(options);
   if (!model.torch) throw std::logic_error("bench: a TorchScript fold of a model that is not TorchScript");
   const auto dtype = parseDtype(options.dtype);
@@ -518,10 +505,13 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   // Both models afresh, alike in every way but the fold.
   progress << "[bench] loading fresh copies of both models (" << options.dtype << " on " << options.device << ")\n"
            << std::flush;
-  // Two more copies of a model beside the import's and the fold's: refuse in one line where they
-  // cannot fit (GPT-2 XL: 2 x 6.3 GB), rather than be killed by the kernel while loading them.
+  // Two more copies of a model beside the fold's (and the import's, where the host keeps it): refuse
+  // in one line where they cannot fit (GPT-2 XL: 2 x 6.3 GB), rather than be killed by the kernel
+  // while loading them.
+  const auto modelBytes = distinctStorageBytes(attributeTensors(model.torch->module));
+  if (release.import) report.releasedBytes += release.import();
   if (device.is_cpu()) {
-    const auto need = 2 * distinctStorageBytes(attributeTensors(model.torch->module)), available = availableMemoryBytes();
+    const auto need = 2 * modelBytes, available = availableMemoryBytes();
     if (available >= 0 && need + need / 8 > available)
       throw Error(format("bench: the two fresh copies this bench times need about %.2f GB and %.2f GB are available; "
                          "time it on a machine with more memory",
@@ -530,6 +520,11 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   c10::InferenceMode inference;
   auto original = prepareCopy(freshCopy(*model.torch), dtype, device);
   auto foldedCopy = prepareCopy(copyThroughFile(folded.torch->module), dtype, device);
+  if (release.fold) report.releasedBytes += release.fold();
+  if (report.releasedBytes > 0)
+    progress << "[bench] freed the import's and the fold's tensors (" << humanBytes(report.releasedBytes)
+             << "): only the timed copies stay\n"
+             << std::flush;
   Runners runners{bindModule(original), bindModule(foldedCopy), {}, {}, {}};
   jit::Module control;
   // A third copy of a large model may not fit beside the two (GPT-2 XL: 3 x 6.3 GB on 24 GB): then
@@ -563,6 +558,13 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& fo
   return report;
 }
 
+}  // namespace
+
+ModelBenchReport runModelBench(const ImportedModel& model, const FoldedModel& folded,
+                               const BenchModelOptions& options, std::ostream& progress) {
+  return runTorchScriptBench(model, folded, options, progress, {});
+}
+
 ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
                                std::ostream& progress) {
   checkOptions(options);
@@ -577,7 +579,13 @@ ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOpt
   analysisOptions.scaleAbsorb = options.scaleAbsorb;
   analysisOptions.insertCentering = options.insertCentering;
   const auto analysis = analyzeFoldability(model.graph, analysisOptions);
-  return benchModel(model, analysis, options, progress);
+  if (!model.torch) return benchModel(model, analysis, options, progress);
+  // This path owns the import and the fold: neither is read once the timed copies exist.
+  auto folded = foldForBench(model, analysis, options, progress);
+  SourceRelease release;
+  release.import = [&model] { return releaseTensors(*model.torch); };
+  release.fold = [&folded] { return releaseTensors(*folded.torch); };
+  return runTorchScriptBench(model, folded, options, progress, release);
 }
 
 bool cudaAvailable() { return torch::cuda::is_available(); }

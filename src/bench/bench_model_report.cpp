@@ -52,6 +52,7 @@ nlohmann::json toJson(const ModelBenchReport& r) {
           {"huge_pages", r.hugePages},
           {"null_control_skipped", r.nullControlSkipped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.nullControlSkipped)},
           {"layouts_skipped", r.layoutsSkipped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.layoutsSkipped)},
+          {"released_bytes", r.releasedBytes},
           {"item_unit", r.itemUnit},
           {"seq_applies", r.seqApplies},
           {"seq_note", r.seqNote},
@@ -92,6 +93,9 @@ std::string formatModelBenchTable(const ModelBenchReport& r) {
                 r.loadBefore, r.loadAfter);
   if (!r.nullControlSkipped.empty()) s += "null fold skipped: " + r.nullControlSkipped + "\n";
   if (!r.layoutsSkipped.empty()) s += "parameter layouts skipped: " + r.layoutsSkipped + "\n";
+  if (r.releasedBytes > 0)
+    s += "the import's and the fold's tensors (" + humanBytes(r.releasedBytes) +
+         ") were freed before timing: only the timed copies stay\n";
   s += "median ms (p10-p90); speed-up = per-round original/folded, median (p10-p90); its bootstrap 95% "
        "interval decides faster / slower / within noise\n\n";
   const std::string unit = r.itemUnit == "tokens" ? "tok/s" : "img/s";
