@@ -277,7 +277,7 @@ TEST_CASE("the model bench times the model it is given: no re-import, process se
                     Catch::Contains("changed (or went away) since it was imported"));
 }
 
-TEST_CASE("the path bench frees the import's and the fold's tensors before timing; a host's models are kept",
+TEST_CASE("the path bench frees the import's and the fold's tensors before timing, a host's models are kept",
           "[bench]") {
   ScratchDir dir;
   const auto path = buildTinyGpt2(dir);
