@@ -1,10 +1,10 @@
-// The unfused CPU RMS rows of 4 KiB or more (16-bit hidden >= 2048; float32 and float64 rows of
-// 32 KiB or more) go two rows at a time: the output pass of a pair runs with the statistics of the
+// The unfused CPU RMS rows of 4 KiB or more on AVX-512 and 1 KiB or more on AVX2 (16-bit hidden
+// >= 2048 / >= 512; float32 and float64 rows of 32 KiB or more) go two rows at a time: the output pass of a pair runs with the statistics of the
 // next pair and prefetches the pair after (rmsRowsPaired in norm_cpu_avx512.cpp and
 // norm_cpu_rms_paired.h), and a task's last one to three rows are written and summed unpipelined.
 // That must not change a bit: every row of a many-row call has the bits of that row normalized
 // alone (a one-row call has no pair), on every instruction set, with 1, 2, 3, 5, 6, 7 rows (so
-// pairs, single rows and every tail run), at widths on both sides of the 4 KiB and 32 KiB
+// pairs, single rows and every tail run), at widths on both sides of the 1 KiB, 4 KiB and 32 KiB
 // thresholds and at widths that end mid chunk, on rows 3 elements off alignment, with and without
 // weight and bias (float32 or the input's own 16-bit parameters), with plain and streaming stores.
 // Rows alone run the paired code too (writeAlone), so each row is also compared with the one-row
@@ -73,9 +73,10 @@ std::vector<int64_t> allRows(int64_t rows) {
 }  // namespace
 
 TEST_CASE("paired CPU RMS rows give each row the bits it gets alone", "[ops][pipelined][paired]") {
-  // 16-bit: 2040 and 2047 under 4 KiB rows, 2048 (exactly 4 KiB), 4097 and 5128 (ends mid chunk,
-  // and 5120 + 8), with float32 or their own 16-bit parameters. float32: 8192 is the first 32 KiB
-  // row, 8191 one short, 8200 past; float64: 4095, 4096, 4097.
+  // 16-bit: 504 and 511 under 1 KiB rows (the AVX2 and portable kernels' threshold), 512 (exactly
+  // 1 KiB), 2040 and 2047 under 4 KiB rows (the AVX-512 kernel's), 2048 (exactly 4 KiB), 4097 and
+  // 5128 (ends mid chunk, and 5120 + 8), with float32 or their own 16-bit parameters. float32: 8192
+  // is the first 32 KiB row, 8191 one short, 8200 past; float64: 4095, 4096, 4097.
   struct Shape {
     torch::Dtype dtype;
     int64_t cols;
@@ -83,21 +84,21 @@ TEST_CASE("paired CPU RMS rows give each row the bits it gets alone", "[ops][pip
   };
   std::vector<Shape> shapes;
   for (auto d : {torch::kBFloat16, torch::kFloat16}) {
-    for (int64_t c : {2040, 2047, 2048, 4097, 5128}) {
+    for (int64_t c : {504, 511, 512, 2040, 2047, 2048, 4097, 5128}) {
       shapes.push_back({d, c, false});
       shapes.push_back({d, c, true});
     }
   }
   for (int64_t c : {8191, 8192, 8200}) shapes.push_back({torch::kFloat32, c, true});
   for (int64_t c : {4095, 4096, 4097}) shapes.push_back({torch::kFloat64, c, true});
-  const auto shape = shapes.at(static_cast<std::size_t>(GENERATE(range(0, 26))));
-  REQUIRE(shapes.size() == 26);
+  const auto shape = shapes.at(static_cast<std::size_t>(GENERATE(range(0, 38))));
+  REQUIRE(shapes.size() == 38);
   const auto dtype = shape.dtype;
   const int64_t cols = shape.cols;
   const bool ownParams = shape.ownParams;
-  // Under 8 rows a width of 4096 or more is one task (grain 32768 / cols): 1 row (no pair), 2 (a
+  // Under 8 rows a width of 4096 or less is one task (grain 32768 / cols): 1 row (no pair), 2 (a
   // pair written alone), 3 (a pair and a single), 5, 6, 7 (one interleaved pair, then a tail of
-  // one to three rows). 2048-wide rows have grain 16, 8192-wide grain 4 (two tasks from 5 rows).
+  // one to three rows). 512-wide rows have grain 64, 2048-wide 16, 8192-wide 4 (two tasks from 5 rows).
   const int64_t rows = GENERATE(1, 2, 3, 5, 6, 7);
   const int64_t offset = GENERATE(0, 3);
   const int affine = GENERATE(0, 1, 2, 3);  // bit 0: weight, bit 1: bias

@@ -24,13 +24,18 @@ inline void prefetchChunk(const T* row, int64_t j) {
   }
 }
 
-// Rows from this many bytes on take rmsRowsPaired (the unfused op only). 16-bit rows: 4 KiB, as
-// the AVX-512 kernel (why: its rmsRowsPaired). float32/float64 rows: 32 KiB (float32 hidden
-// 8192), where a row, the next one, the weight and the bias (128 KiB) are far past L1; at 4096
-// float32 the one-row pipeline already moved a copy's bandwidth (docs/kernels.md).
+// Rows from this many bytes on take rmsRowsPaired (the unfused op only). 16-bit rows: 1 KiB
+// (hidden >= 512): with 8-float vectors a 16-bit row is bound by the core (two conversions per
+// element, the bfloat16 rounding in integer steps), and the pair's second chain and shared
+// parameter loads lifted hidden 768 from 0.51-0.53 to 0.57-0.61 of a copy's bandwidth (bfloat16;
+// float16 0.79-0.80 -> 0.88-0.92) and bfloat16 1024 from 0.91-0.97 to 1.08-1.09 in a same-run A/B
+// (docs/kernels.md); the AVX-512 kernel, one instruction per conversion, keeps 4 KiB. float32/
+// float64 rows: 32 KiB (float32 hidden 8192), where a row, the next one, the weight and the bias
+// (128 KiB) are far past L1; at 4096 float32 the one-row pipeline already moved a copy's
+// bandwidth.
 template <typename T>
 constexpr int64_t pairMinRowBytes() {
-  return sizeof(T) == 2 ? 4096 : 32768;
+  return sizeof(T) == 2 ? 1024 : 32768;
 }
 
 // The unfused RMS rows of one task two at a time, the AVX-512 kernel's rmsRowsPaired schedule: the
