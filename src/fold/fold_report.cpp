@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fold_internal.h"
+#include "foldnorm/common/measure.h"
 
 namespace foldnorm {
 
@@ -98,7 +99,7 @@ std::string toText(const FoldReport& r) {
     out += strf("folded %zu LayerNorm(s) into %s; centered %zu parameter(s)", r.folded.size(), op,
                 r.centered.size());
     if (!r.untied.empty())
-      out += strf("; untied %zu (%.1f KiB copied)", r.untied.size(), r.untieBytes / 1024.0);
+      out += strf("; untied %zu (%s copied)", r.untied.size(), humanBytes(r.untieBytes).c_str());
     if (r.fusedAddNorms > 0)
       out += strf("; fused %d residual add(s) into foldnorm::add_rms_norm", r.fusedAddNorms);
     out += "\n";
