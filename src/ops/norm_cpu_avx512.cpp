@@ -396,8 +396,13 @@ void rmsRowsPaired(const NormCpuCall& call) {
   });
 }
 
-// Rows from this many bytes on take rmsRowsPaired (unfused op only).
-constexpr int64_t kPairMinRowBytes = 4096;
+// Rows from this many bytes on take rmsRowsPaired (unfused op only). bfloat16 from 1 KiB (hidden
+// >= 512): its rounding is a classify, a branch and a convert per chunk, and at hidden 768 the
+// pair's second chain lifted it from 0.78-0.88 to 0.92-0.96 of a copy's bandwidth (same-run A/B,
+// five runs a side; 1024 went 1.41-1.47 -> 1.37-1.40, still well past the copy). float16 (one
+// convert per chunk) from 4 KiB: pairs at 768 lost there (0.96-1.00 -> 0.88-0.92).
+template <typename T>
+constexpr int64_t kPairMinRowBytes = std::is_same_v<T, c10::BFloat16> ? 1024 : 4096;
 
 inline bool aligned32(const void* p) { return reinterpret_cast<uintptr_t>(p) % 32 == 0; }
 
@@ -407,7 +412,7 @@ void rmsRowsStreamOrNot(const NormCpuCall& call) {
   const bool stream = call.rows * rowBytes >= kStreamingStoreMinBytes && rowBytes % 32 == 0 &&
                       aligned32(call.y) && (!kAdd || aligned32(call.sum));
   if constexpr (!kAdd) {
-    if (rowBytes >= kPairMinRowBytes) {
+    if (rowBytes >= kPairMinRowBytes<T>) {
       if (stream) return rmsRowsPaired<T, kWeight, kBias, true>(call);
       return rmsRowsPaired<T, kWeight, kBias, false>(call);
     }
