@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "foldnorm/ops/rms_norm.h"
@@ -75,6 +77,47 @@ TEST_CASE("add_rms_norm matches a float64 reference and aten::add + rms_norm bit
     CHECK(torch::equal(sum, expectedSum));
     CHECK(torch::equal(normed, expectedNormed));
     CHECK(worstExcess(normed, ref) <= 0);
+  }
+}
+
+// The 16-bit sum is rounded as aten::add rounds it, a chunk with a NaN included: on AVX2 a bfloat16
+// chunk without NaN takes a shorter rounding than ATen's (one unordered compare for the chunk), a
+// chunk with one takes ATen's own conversion (NaN -> 0xffff, aten::add's pattern on this CPU's
+// vector paths). 768 columns: whole vectors in both
+// aten::add's loop and ours, so no scalar tail (whose NaN pattern is c10's) is involved.
+TEST_CASE("add_rms_norm's 16-bit sum has aten::add's bits with NaN and infinities in a row", "[ops][fused]") {
+  const auto dtype = GENERATE(torch::kBFloat16, torch::kFloat16);
+  torch::manual_seed(7);
+  auto x = torch::randn({6, 768}, torch::kFloat64).to(dtype);
+  auto r = torch::randn({6, 768}, torch::kFloat64).to(dtype);
+  const double inf = std::numeric_limits<double>::infinity();
+  x.index_put_({1, 100}, std::nan(""));
+  x.index_put_({2, 5}, inf);
+  r.index_put_({2, 5}, -inf);  // inf + -inf: a NaN made by the add
+  x.index_put_({3, 700}, inf);
+  x.index_put_({4, 17}, 3e38);  // past bfloat16's largest finite value after the add: rounds to inf
+  r.index_put_({4, 17}, 3e38);
+  for (auto isa : isasOnThisCpu()) {
+    IsaScope scope(isa);
+    INFO(x.dtype() << " isa " << foldnorm::ops::toString(isa));
+    const auto [normed, sum] = foldnorm::ops::addRmsNorm(x, r, {768}, std::nullopt, std::nullopt, 1e-5);
+    const auto expected = torch::add(x, r);
+    // The vector paths give aten::add's NaN pattern too; the portable path rounds with c10's scalar
+    // conversion (another NaN pattern, as aten's own scalar loops): equal bits where not NaN.
+    const auto notNan = ~torch::isnan(expected);
+    CHECK(torch::equal(torch::isnan(sum), torch::isnan(expected)));
+    CHECK(torch::equal(sum.view(torch::kInt16).masked_select(notNan), expected.view(torch::kInt16).masked_select(notNan)));
+    if (isa != foldnorm::ops::CpuKernelIsa::kPortable)
+      CHECK(torch::equal(sum.view(torch::kInt16), expected.view(torch::kInt16)));
+    CHECK(torch::isnan(sum[1][100]).item<bool>());
+    CHECK(torch::isnan(sum[2][5]).item<bool>());
+    CHECK(torch::isinf(sum[3][700]).item<bool>());
+    // Rows without a special value normalize as the unfused pair does; the others are NaN where
+    // the pair's are (a row with an inf has an inf sum of squares: its finite entries become 0).
+    const auto pair = foldnorm::ops::rmsNorm(expected, {768}, std::nullopt, std::nullopt, 1e-5);
+    CHECK(torch::equal(normed[0], pair[0]));
+    CHECK(torch::equal(normed[5], pair[5]));
+    CHECK(torch::equal(torch::isnan(normed), torch::isnan(pair)));
   }
 }
 

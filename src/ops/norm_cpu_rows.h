@@ -87,10 +87,49 @@ inline void loadChunk(const S* p, Vectorized<Acc>& lo, Vectorized<Acc>& hi) {
     hi = Vectorized<Acc>::loadu(p + Vectorized<Acc>::size());
   } else {
     static_assert(std::is_same_v<Acc, float>, "16-bit types accumulate in float");
+#if defined(CPU_CAPABILITY_AVX2)
+    // Each half widened straight from memory (vpmovzxwd + vpslld, or vcvtph2ps, with a 128-bit
+    // memory operand): the exact values of ATen's convert_to_float, without its 256-bit load and
+    // lane extract, shuffle-port work that bounds 16-bit rows on AVX2.
+    const auto* half = reinterpret_cast<const __m128i*>(p);
+    if constexpr (std::is_same_v<S, c10::BFloat16>) {
+      lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(half)), 16));
+      hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(half + 1)), 16));
+    } else {
+      static_assert(std::is_same_v<S, c10::Half>);
+      lo = _mm256_cvtph_ps(_mm_loadu_si128(half));
+      hi = _mm256_cvtph_ps(_mm_loadu_si128(half + 1));
+    }
+#else
     auto halves = at::vec::convert_to_float<S>(Vectorized<S>::loadu(p));
     lo = std::get<0>(halves);
     hi = std::get<1>(halves);
+#endif
   }
+}
+
+// Two float vectors rounded to one vector of 16-bit S, with the bits of ATen's convert_from_float
+// (bfloat16: round to nearest even by adding 0x7fff plus the kept lsb, NaN -> 0xffff). On AVX2 a
+// bfloat16 chunk without NaN skips ATen's compare and blend per vector (one unordered compare of
+// both vectors decides; a chunk with a NaN takes ATen's own conversion): fewer uops on the rows
+// that bound 16-bit RMSNorm there.
+template <typename S>
+inline Vectorized<S> roundFromFloat(const Vectorized<float>& lo, const Vectorized<float>& hi) {
+#if defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<S, c10::BFloat16>) {
+    const __m256 a = lo, b = hi;
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) == 0) {
+      const __m256i ones = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+      auto round = [&](__m256 v) {
+        const __m256i bits = _mm256_castps_si256(v);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), ones);
+        return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(lsb, bias), bits), 16);
+      };
+      return _mm256_permute4x64_epi64(_mm256_packus_epi32(round(a), round(b)), 0xd8);
+    }
+  }
+#endif
+  return at::vec::convert_from_float<S>(lo, hi);
 }
 
 template <typename Acc, typename S>
@@ -100,7 +139,7 @@ inline void storeChunk(S* p, const Vectorized<Acc>& lo, const Vectorized<Acc>& h
     hi.store(p + Vectorized<Acc>::size());
   } else {
     // One rounding from the float result to the 16-bit output (round to nearest even).
-    at::vec::convert_from_float<S>(lo, hi).store(p);
+    roundFromFloat<S>(lo, hi).store(p);
   }
 }
 
@@ -119,7 +158,7 @@ inline void streamChunk(S* p, const Vectorized<Acc>& lo, const Vectorized<Acc>& 
     _mm256_stream_pd(p, lo);
     _mm256_stream_pd(p + Vectorized<double>::size(), hi);
   } else {
-    const __m256i packed = at::vec::convert_from_float<S>(lo, hi);
+    const __m256i packed = roundFromFloat<S>(lo, hi);
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packed);
   }
 }
@@ -151,7 +190,7 @@ inline void loadSumChunk(const T* x, const T* r, Vectorized<Acc>& lo, Vectorized
   lo = lo + rLo;
   hi = hi + rHi;
   if constexpr (!std::is_same_v<T, Acc>) {
-    auto rounded = at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(lo, hi));
+    auto rounded = at::vec::convert_to_float<T>(roundFromFloat<T>(lo, hi));
     lo = std::get<0>(rounded);
     hi = std::get<1>(rounded);
   }
@@ -296,7 +335,7 @@ inline void loadSumChunkTo(const T* x, const T* r, T* buf, Vectorized<Acc>& lo, 
     Vectorized<Acc> rLo, rHi;
     loadChunk<Acc>(x, lo, hi);
     loadChunk<Acc>(r, rLo, rHi);
-    const Vectorized<T> packed = at::vec::convert_from_float<T>(lo + rLo, hi + rHi);
+    const Vectorized<T> packed = roundFromFloat<T>(lo + rLo, hi + rHi);
     packed.store(buf);
     auto widened = at::vec::convert_to_float<T>(packed);
     lo = std::get<0>(widened);
