@@ -505,15 +505,16 @@ ModelBenchReport runTorchScriptBench(const ImportedModel& model, const FoldedMod
   // Both models afresh, alike in every way but the fold.
   progress << "[bench] loading fresh copies of both models (" << options.dtype << " on " << options.device << ")\n"
            << std::flush;
-  // Two more copies of a model beside the fold's (and the import's, where the host keeps it): refuse
-  // in one line where they cannot fit (GPT-2 XL: 2 x 6.3 GB), rather than be killed by the kernel
-  // while loading them.
+  // Two more copies of a model beside the fold's (and the import's, where the host keeps it); an
+  // owner frees the fold once the folded copy is in, so it needs one copy's room more than now.
+  // Refuse in one line where that cannot fit (GPT-2 XL: 6.3 GB a copy), rather than be killed by
+  // the kernel while loading them.
   const auto modelBytes = distinctStorageBytes(attributeTensors(model.torch->module));
   if (release.import) report.releasedBytes += release.import();
   if (device.is_cpu()) {
-    const auto need = 2 * modelBytes, available = availableMemoryBytes();
+    const auto need = (release.fold ? 1 : 2) * modelBytes, available = availableMemoryBytes();
     if (available >= 0 && need + need / 8 > available)
-      throw Error(format("bench: the two fresh copies this bench times need about %.2f GB and %.2f GB are available; "
+      throw Error(format("bench: the fresh copies this bench times need about %.2f GB more and %.2f GB are available; "
                          "time it on a machine with more memory",
                          static_cast<double>(need) / 1e9, static_cast<double>(available) / 1e9));
   }
