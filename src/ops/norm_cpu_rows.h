@@ -109,7 +109,7 @@ inline void loadChunk(const S* p, Vectorized<Acc>& lo, Vectorized<Acc>& hi) {
 }
 
 // Two float vectors rounded to one vector of 16-bit S, with the bits of ATen's convert_from_float
-// (bfloat16: round to nearest even by adding 0x7fff plus the kept lsb, NaN -> 0xffff). On AVX2 a
+// (its AVX2 bfloat16: round to nearest even by adding 0x7fff plus the kept lsb, NaN -> 0xffff). On AVX2 a
 // bfloat16 chunk without NaN skips ATen's compare and blend per vector (one unordered compare of
 // both vectors decides; a chunk with a NaN takes ATen's own conversion): fewer uops on the rows
 // that bound 16-bit RMSNorm there.
