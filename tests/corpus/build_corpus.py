@@ -3,6 +3,8 @@
 
     build_corpus.py --foldnorm build/bin/foldnorm --ops build/lib/libfoldnorm_ops.so \\
         --results build/corpus-results [--env main|old|torch2.10|torch2.9] [--only hf-gpt2 timm-vit_tiny ...]
+    build_corpus.py --env main --export ...   (also the .pt2 round trip of torch_envs.export_and_fold,
+        both --rms-op forms; not CI's)
     build_corpus.py --check hf-gpt2 --env main --results build/corpus-results   (one ctest entry)
     build_corpus.py --update-expectations --results build/corpus-results        (after a reviewed change)
     build_corpus.py --update-expectations --missing-only ...   (only architectures without one yet)
@@ -293,6 +295,15 @@ def run_architecture(arch, env: str, args, versions: Dict[str, str], keys: Dict[
         secs["export"] = time.time() - t
     else:
         os.remove(fold_path)  # verified; only the trace is worth keeping
+    if getattr(args, "export", False) and not other_torch:  # env main, --export: the .pt2 round trip
+        t_export = time.time()
+        try:
+            torch_envs.export_and_fold(sample, input_sets, eager, work, keys, args, result, run_tool,
+                                       forms=("aten", "foldnorm"))
+        except Failed as e:  # foldnorm on the .pt2: keep the trace's half of the result
+            result["failures"].append(f".pt2: {e}")
+        secs["export"] = time.time() - t_export
+        t += secs["export"]  # the oracle's seconds stay its own
 
     try:
         report = oracle.check(sample.model, input_sets, analysis)
@@ -486,7 +497,8 @@ def run_env(env: str, args) -> int:
         torch_envs.check_versions(env, versions)
     shash = scripts_hash(builder_files())
     vkey = json.dumps(versions, sort_keys=True)
-    tool = sha256_file(args.foldnorm) + sha256_file(args.ops) + scripts_hash(CHECKER_FILES)
+    tool = sha256_file(args.foldnorm) + sha256_file(args.ops) + scripts_hash(CHECKER_FILES) + \
+        ("|export" if args.export else "")
     out_dir = os.path.join(args.results, env)
     os.makedirs(out_dir, exist_ok=True)
     say(f"{env}: {len(names)} architectures; versions {versions}")
@@ -544,8 +556,13 @@ def main(argv: List[str]) -> int:
     p.add_argument("--update-expectations", action="store_true")
     p.add_argument("--missing-only", action="store_true",
                    help="with --update-expectations: leave existing expectations as they are")
+    p.add_argument("--export", action="store_true",
+                   help="env main: also export each model (torch.export) and run the .pt2 round trip "
+                        "(analyze, fold in both --rms-op forms, torch.export.load) into its result")
     p.add_argument("--expect-names", help="file of the names ctest has entries for (from CMake)")
     args = p.parse_args(argv)
+    if args.export and args.env != "main":
+        raise SystemExit("corpus: --export is for env main (the torch2.X environments always export)")
     if args.check:
         return check_one(args.check, args.env, args.results)
     if args.update_expectations:

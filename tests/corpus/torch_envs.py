@@ -22,6 +22,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import traceback
 import zipfile
 from typing import Callable, Dict, List
 
@@ -147,6 +149,14 @@ def _flat(out):
     return tuple(flat)
 
 
+def foldnorm_op_calls(path: str) -> int:
+    """How many nodes of a .pt2's program call foldnorm's ops (the aten form must have none: in env
+    main our library is loaded anyway, so loading the file back would not show one)."""
+    with zipfile.ZipFile(path) as z:
+        text = z.read(next(n for n in z.namelist() if n.endswith("/models/model.json"))).decode()
+    return text.count('"torch.ops.foldnorm.')
+
+
 def run_folded(path: str, input_sets) -> List[tuple]:
     """The outputs of a folded file, loaded the way a user of this torch loads it (no foldnorm library)."""
     import torch
@@ -164,20 +174,24 @@ def verdicts(layer_norms) -> List[list]:
 
 
 def export_and_fold(sample, input_sets, eager, work: str, keys: Dict[str, str], args, result: dict,
-                    run_tool) -> None:
-    """The .pt2 half of a torch-env entry (module doc); appends to result['failures']."""
+                    run_tool, forms=("aten",)) -> None:
+    """The .pt2 half of a torch-env entry (module doc); appends to result['failures']. forms: the
+    `--rms-op` forms to fold and load back; "foldnorm" (env main only: our library is built for the
+    venv's torch) is loaded after torch.ops.load_library(args.ops), into result['export']['foldnorm_form']."""
     import torch
     pt2 = os.path.join(work, f"export-{keys['trace'][:16]}.pt2")
-    folded = os.path.join(work, f"folded-{keys['result'][:16]}.pt2")
     if not os.path.exists(pt2):
+        t = time.time()
         try:
             ep = torch.export.export(sample.model, tuple(sample.inputs), strict=False)
             torch.export.save(ep, pt2 + ".partial.pt2")
         except Exception as e:  # noqa: BLE001 (this torch cannot export the model: say so, go on)
             result["failures"].append(f"torch.export in torch {torch.__version__} failed: "
                                       f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}")
+            result["export_traceback"] = traceback.format_exc()[-3000:]
             return
         os.replace(pt2 + ".partial.pt2", pt2)
+        result["seconds"]["export_only"] = time.time() - t
     if is_legacy(result["env"]):
         result["export"] = refused_in_one_line(args.foldnorm, pt2, result)
         return
@@ -190,26 +204,46 @@ def export_and_fold(sample, input_sets, eager, work: str, keys: Dict[str, str], 
         result["failures"].append(f".pt2 verdicts differ from the trace's: {len(mine)} LNs vs "
                                   f"{len(theirs)}; (.pt2 vs trace) {diff}")
         return
-    report = json.loads(run_tool([args.foldnorm, "fold", pt2, "-o", folded, "--json"], 600).stdout)
+    for form in forms:
+        # the aten form (the .pt2 default) keeps its keys at the top of result['export']
+        rec = out if form == "aten" else out.setdefault(f"{form}_form", {})
+        _fold_and_load(pt2, form, input_sets, eager, keys, args, result, run_tool, analysis, out, rec)
+
+
+def _fold_and_load(pt2: str, form: str, input_sets, eager, keys, args, result, run_tool, analysis,
+                   out: dict, rec: dict) -> None:
+    import torch
+    tag = "" if form == "aten" else f" (--rms-op {form})"
+    what, file = "the .pt2 fold" + tag, "the folded .pt2" + tag
+    folded = os.path.join(os.path.dirname(pt2), f"folded-{keys['result'][:16]}" +
+                          ("" if form == "aten" else f"-{form}") + ".pt2")
+    report = json.loads(run_tool([args.foldnorm, "fold", pt2, "-o", folded, "--json"] +
+                                 ([] if form == "aten" else ["--rms-op", form]), 600).stdout)
     ver = report.get("verification", {})
-    out["tool_fold"] = {k: ver.get(k) for k in ("float64_equivalent", "worst_relative_float64")}
+    rec["tool_fold"] = {k: ver.get(k) for k in ("float64_equivalent", "worst_relative_float64")}
     if analysis["summary"]["foldable"] and ver.get("float64_equivalent") is not True:
-        result["failures"].append(f"the .pt2 fold is not float64-equivalent ({ver.get('worst_relative_float64')})")
-    out["folded_file"] = folded
-    out["folded_versions"] = pt2_versions(folded)
-    if out["folded_versions"]["schema"] != out["versions"]["schema"]:
-        result["failures"].append(f"the folded .pt2 records schema {out['folded_versions']['schema']}, "
+        result["failures"].append(f"{what} is not float64-equivalent ({ver.get('worst_relative_float64')})")
+    rec["folded_file"] = folded
+    rec["folded_versions"] = pt2_versions(folded)
+    rec["foldnorm_op_calls"] = foldnorm_op_calls(folded)
+    if (rec["foldnorm_op_calls"] > 0) != (form == "foldnorm" and bool(report.get("folded"))):
+        result["failures"].append(f"{file} calls foldnorm's ops {rec['foldnorm_op_calls']} times "
+                                  f"({len(report.get('folded', []))} LNs folded)")
+    if rec["folded_versions"]["schema"] != out["versions"]["schema"]:
+        result["failures"].append(f"{file} records schema {rec['folded_versions']['schema']}, "
                                   f"the original {out['versions']['schema']}")
     try:
+        if form == "foldnorm":
+            torch.ops.load_library(args.ops)
         got = run_folded(folded, input_sets)
-        out["load_back_relative_float32"] = max(_max_rel(e, g) for e, g in zip(eager, got))
+        rec["load_back_relative_float32"] = max(_max_rel(e, g) for e, g in zip(eager, got))
     except Exception as e:  # noqa: BLE001 (the finding: this torch cannot load what we wrote)
-        result["failures"].append(f"torch {torch.__version__} cannot load the folded .pt2: "
+        result["failures"].append(f"torch {torch.__version__} cannot load {file}: "
                                   f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}")
         return
-    if out["load_back_relative_float32"] > FOLD_FILE_REL:
-        result["failures"].append(f"the folded .pt2 loaded in torch {torch.__version__} differs from eager by "
-                                  f"{out['load_back_relative_float32']:.3g} relative")
+    if rec["load_back_relative_float32"] > FOLD_FILE_REL:
+        result["failures"].append(f"{file} loaded in torch {torch.__version__} differs from eager by "
+                                  f"{rec['load_back_relative_float32']:.3g} relative")
 
 
 def refused_in_one_line(foldnorm: str, pt2: str, result: dict) -> dict:
