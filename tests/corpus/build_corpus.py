@@ -376,8 +376,10 @@ def check_known_gaps(name: str, env: str, result: dict, gaps: Dict[str, str]) ->
     return status
 
 
-def check_one(name: str, env: str, results_dir: str) -> int:
-    """One ctest entry: the result exists, nothing failed, the verdicts equal the expectation."""
+def check_one(name: str, env: str, results_dir: str, export: bool = False) -> int:
+    """One ctest entry: the result exists, nothing failed, the verdicts equal the expectation; with
+    `export`, also that its .pt2 round trip ran to the end in both --rms-op forms (a result of
+    --export)."""
     path = os.path.join(results_dir, env, name + ".json")
     if not os.path.exists(path):
         print(f"corpus: no result {path} (did the corpus setup step run?)")
@@ -399,6 +401,12 @@ def check_one(name: str, env: str, results_dir: str) -> int:
         if missing:
             print(f"{name} [{env}]: {missing}")
             return 1
+    if export:
+        e = result.get("export", {})
+        for form, rec in (("aten", e), ("foldnorm", e.get("foldnorm_form", {}))):
+            if "load_back_relative_float32" not in rec:
+                print(f"{name} [{env}]: no .pt2 round trip in the {form} form (run the setup step with --export)")
+                return 1
     got = expectation_of(result)
     # Another torch, the same libraries and weights: the verdicts must be torch 2.11's (env main's).
     want = load_expectations().get("main" if torch_envs.is_torch_env(env) else env, {}).get(name)
@@ -561,10 +569,10 @@ def main(argv: List[str]) -> int:
                         "(analyze, fold in both --rms-op forms, torch.export.load) into its result")
     p.add_argument("--expect-names", help="file of the names ctest has entries for (from CMake)")
     args = p.parse_args(argv)
-    if args.export and args.env != "main":
+    if args.export and args.env != "main" and not args.check:
         raise SystemExit("corpus: --export is for env main (the torch2.X environments always export)")
     if args.check:
-        return check_one(args.check, args.env, args.results)
+        return check_one(args.check, args.env, args.results, args.export)
     if args.update_expectations:
         return update_expectations(args.results, [args.env], args.only, args.missing_only)
     for what, path in (("--foldnorm", args.foldnorm), ("--ops", args.ops)):
