@@ -277,8 +277,8 @@ void DrawActions(App& app) {
     if (ui.fold.verified) {
       const char* verdict = !ui.fold.equivalent            ? "verification FAILED"
                             : ui.fold.predictionsUnchanged ? "verified: same function (float64), same predictions"
-                                                           : "verified: same function (float64); float32 flips, "
-                                                             "each within float32 rounding";
+                                                           : "verified: same function (float64); flips in the "
+                                                             "model's dtype, each within its rounding";
       ImGui::TextColored(ui.fold.equivalent ? palette::kFoldableText : palette::kNotFoldableText, "%s", verdict);
     }
     for (const auto& d : ui.fold.details) {

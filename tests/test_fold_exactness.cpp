@@ -18,8 +18,9 @@ using foldnorm::test::analyzeIr;
 
 namespace {
 
-/// x -> linear(fc) -> LayerNorm -> linear(head: 2 classes) -> logits, over `rows` rows.
-IrModel twoClassModel(int rows) {
+/// x -> linear(fc) -> LayerNorm -> linear(head: 2 classes) -> logits, over `rows` rows; input
+/// and parameters in `dtype`.
+IrModel twoClassModel(int rows, const std::string& dtype = "float32") {
   std::string ir =
       "graph(%x : Tensor, %fc__weight : Tensor, %fc__bias : Tensor, %ln_w : Tensor, %ln_b : Tensor,"
       " %head__weight : Tensor, %head__bias : Tensor):\n"
@@ -27,12 +28,14 @@ IrModel twoClassModel(int rows) {
       test::layerNorm("y", "z", 8) +
       "  %logits : Tensor = aten::linear(%z, %head__weight, %head__bias)\n"
       "  return (%logits)\n";
-  auto spec = [](const char* s) { return parseInputSpec(s); };
+  auto spec = [&](const std::string& shape, const std::string& range = "") {
+    return parseInputSpec(shape + ":" + dtype + range);
+  };
   return {ir,
-          {spec((std::to_string(rows) + "x4").c_str())},
+          {spec(std::to_string(rows) + "x4")},
           {{"fc__weight", spec("8x4")},
            {"fc__bias", spec("8")},
-           {"ln_w", spec("8:float32[0.5,1.5)")},
+           {"ln_w", spec("8", "[0.5,1.5)")},
            {"ln_b", spec("8")},
            {"head__weight", spec("2x8")},
            {"head__bias", spec("2")}}};
@@ -148,6 +151,40 @@ TEST_CASE("a flip float32 rounding cannot explain fails the fold, though the pla
   CHECK_THAT(toText(r), Catch::Contains("NOT within float32 rounding (top-2 margin > row error bound): this is a bug"));
   CHECK_THAT(toText(r), Catch::Contains("ABOVE the bound"));
   CHECK(toJson(r)["verification"]["passed"] == false);
+}
+
+TEST_CASE("a 16-bit model's saved file is held to its own dtype's rounding and the report names the dtype",
+          "[fold][exactness]") {
+  // Each centered weight of a float16 (bfloat16) model is rounded to float16 (bfloat16) when it is
+  // saved: unit roundoff 2^-11 (2^-8), 2^13 (2^16) times float32's. So the saved file in float64
+  // differs from the original by far more than float32's bound (1e-5), and the bound scales with
+  // the dtype; a 16-bit report names its dtype, not float32.
+  const auto [dtype, scale] = GENERATE(table<std::string, double>({{"float16", 8192.0}, {"bfloat16", 65536.0}}));
+  CAPTURE(dtype);
+  auto a = analyzeIr(twoClassModel(512, dtype));
+  REQUIRE(a.result.foldableCount() == 1);
+  FoldOptions o;
+  o.randomInputs = 1;
+  auto folded = foldModel(a.model, a.result, o);
+  const auto& v = folded.report.verification;
+  CHECK(v.modelDtype == dtype);
+  CHECK(v.savedFloat64Bound == Approx(o.savedFloat64Bound * scale));
+  CHECK(v.float64Equivalent);            // the plan in float64 is exact whatever the dtype
+  CHECK(v.worstRelativeSaved64 > 1e-5);  // float32's bound would have called this file wrong
+  CHECK(v.savedWithinBound);
+  CHECK(v.passed());
+  auto text = toText(folded.report);
+  CHECK_THAT(text, Catch::Contains("for weights rounded to " + dtype + " after centering"));
+  CHECK_THAT(text, Catch::Contains(dtype + " (the model's dtype): worst relative error"));
+  CHECK_THAT(text, !Catch::Contains("float32"));
+  CHECK(toJson(folded.report)["verification"]["model_dtype"] == dtype);
+
+  // The float32 model keeps float32's bound and words.
+  auto a32 = analyzeIr(twoClassModel(512));
+  auto folded32 = foldModel(a32.model, a32.result, o);
+  CHECK(folded32.report.verification.modelDtype == "float32");
+  CHECK(folded32.report.verification.savedFloat64Bound == o.savedFloat64Bound);
+  CHECK_THAT(toText(folded32.report), Catch::Contains("for weights rounded to float32 after centering"));
 }
 
 TEST_CASE("the saved file's float64 figure is what Python measures on the saved file",

@@ -74,7 +74,7 @@ State archiveState(const ExportArchive& archive) {
 /// float32 tensors the archive gets, run in float64), then the flips of each float32 output.
 Verification verify(const ImportedModel& model, const ExportArchive& archive, const AnalysisResult& analysis,
                     const FoldedExport& folded, const FoldOptions& options, ExportRmsOp rmsOp) {
-  auto setup = startVerification(model, archive.hasExampleInputs ? &archive.exampleInputs : nullptr, options);
+  auto setup = startVerification(model, analysis, archive.hasExampleInputs ? &archive.exampleInputs : nullptr, options);
   auto& v = setup.verification;
   const auto& sets = setup.inputSets;
   const std::size_t n = sets.size();
@@ -114,11 +114,11 @@ Verification verify(const ImportedModel& model, const ExportArchive& archive, co
     step("the saved file in float64", r);
     auto s = saved64.run(sets[r]);
     compareOutputs(z[r], s, "saved-float64", v.checks);
-    fold_detail::checkPredictions(static_cast<int>(r), a[r], b[r], z[r], s, options.savedFloat64Bound, v.checks,
+    fold_detail::checkPredictions(static_cast<int>(r), a[r], b[r], z[r], s, v.savedFloat64Bound, v.checks,
                                   v.worstFlips);
   }
   fold_detail::keepWorst(v.worstFlips, kWorstFlips);
-  summarizeChecks(v, options.float64Tolerance, options.savedFloat64Bound);
+  summarizeChecks(v, options.float64Tolerance, v.savedFloat64Bound);
   return setup.verification;
 }
 

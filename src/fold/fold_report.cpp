@@ -27,6 +27,7 @@ nlohmann::json toJson(const FoldReport& r) {
   if (v.ran) {
     vj["device"] = v.device;
     vj["input_sets"] = v.runs;
+    vj["model_dtype"] = v.modelDtype;
     vj["float64_equivalent"] = v.float64Equivalent;
     vj["predictions_unchanged"] = v.predictionsUnchanged;
     vj["worst_relative_float64"] = v.worstRelative64;
@@ -60,29 +61,40 @@ nlohmann::json toJson(const FoldReport& r) {
   return j;
 }
 
+namespace {
+
+/// The report's name of the run in the model's own dtype: "float32", or "float16 (the model's
+/// dtype)" for a 16-bit model (its check keeps the name "float32": fold.h, OutputCheck).
+std::string modelRunName(const Verification& v) {
+  return v.modelDtype == "float32" ? v.modelDtype : v.modelDtype + " (the model's dtype)";
+}
+
+}  // namespace
+
 std::vector<std::string> verificationSummary(const Verification& v) {
   std::vector<std::string> lines;
+  const char* dtype = v.modelDtype.c_str();
   lines.push_back(v.float64Equivalent
                       ? strf("float64 (the plan): equivalent (worst relative error %.2e: float64 rounding)",
                              v.worstRelative64)
                       : strf("float64 (the plan): NOT equivalent (worst relative error %.2e): this is a bug",
                              v.worstRelative64));
   lines.push_back(strf("saved file in float64: worst relative error %.2e (%s the bound %.0e for weights rounded to "
-                       "float32 after centering%s)",
-                       v.worstRelativeSaved64, v.savedWithinBound ? "within" : "ABOVE", v.savedFloat64Bound,
+                       "%s after centering%s)",
+                       v.worstRelativeSaved64, v.savedWithinBound ? "within" : "ABOVE", v.savedFloat64Bound, dtype,
                        v.savedWithinBound ? "" : ": look at the centered weights"));
-  lines.push_back(strf("float32: worst relative error %.2e", v.worstRelative32));
+  lines.push_back(strf("%s: worst relative error %.2e", modelRunName(v).c_str(), v.worstRelative32));
   if (v.flippedRows == 0) {
     lines.push_back(strf("predictions: unchanged (0 of %lld rows flipped)", static_cast<long long>(v.predictionRows)));
   } else {
     auto line = strf("predictions: %lld of %lld rows flipped, ", static_cast<long long>(v.flippedRows),
                      static_cast<long long>(v.predictionRows));
     if (v.unexplainedFlips == 0)
-      line += strf("all %lld within float32 rounding (top-2 margin <= row error bound)",
-                   static_cast<long long>(v.flippedRows));
+      line += strf("all %lld within %s rounding (top-2 margin <= row error bound)",
+                   static_cast<long long>(v.flippedRows), dtype);
     else
-      line += strf("%lld NOT within float32 rounding (top-2 margin > row error bound): this is a bug",
-                   static_cast<long long>(v.unexplainedFlips));
+      line += strf("%lld NOT within %s rounding (top-2 margin > row error bound): this is a bug",
+                   static_cast<long long>(v.unexplainedFlips), dtype);
     lines.push_back(line);
   }
   return lines;
@@ -116,7 +128,8 @@ std::string toText(const FoldReport& r) {
   out += strf("  %-13s %6s  %-24s %12s %12s  %s\n", "comparison", "output", "shape", "max abs", "max rel",
               "argmax unchanged");
   for (const auto& c : v.checks)
-    out += strf("  %-13s %6zu  %-24s %12.3e %12.3e  %s\n", c.dtype.c_str(), c.output, c.shape.c_str(), c.maxAbs,
+    out += strf("  %-13s %6zu  %-24s %12.3e %12.3e  %s\n",
+                (c.dtype == "float32" ? v.modelDtype : c.dtype).c_str(), c.output, c.shape.c_str(), c.maxAbs,
                 c.maxRel, c.hasPredictions ? strf("%.2f%%", 100 * c.argmaxAgreement).c_str() : "-");
   for (const auto& line : verificationSummary(v)) out += line + "\n";
   for (const auto& f : v.worstFlips)

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -140,13 +141,36 @@ torch::jit::Value* insertCentered64(torch::jit::Graph& graph, const at::Tensor& 
                       {constant(t), axes, groups, list, scaleIndex});
 }
 
-VerificationSetup startVerification(const ImportedModel& model, const std::vector<at::Tensor>* examples,
-                                    const FoldOptions& options) {
+std::string plannedWeightDtype(const Graph& graph, const AnalysisResult& analysis) {
+  // Coarsest first: the saved file's rounding is that of its coarsest centered tensor.
+  static const char* const kCoarseToFine[] = {"bfloat16", "float16", "float32", "float64"};
+  std::size_t coarsest = 2;  // float32 when nothing floating is centered
+  bool any = false;
+  for (const auto& plan : analysis.plan) {
+    const auto& dtype = graph.parameter(plan.param).dtype;
+    for (std::size_t k = 0; k < std::size(kCoarseToFine); ++k)
+      if (dtype == kCoarseToFine[k]) {
+        coarsest = any ? std::min(coarsest, k) : k;
+        any = true;
+      }
+  }
+  return kCoarseToFine[coarsest];
+}
+
+double savedBoundFor(double float32Bound, const std::string& dtype) {
+  if (dtype == "float16") return std::ldexp(float32Bound, 24 - 11);
+  if (dtype == "bfloat16") return std::ldexp(float32Bound, 24 - 8);
+  return float32Bound;
+}
+
+VerificationSetup startVerification(const ImportedModel& model, const AnalysisResult& analysis,
+                                    const std::vector<at::Tensor>* examples, const FoldOptions& options) {
   VerificationSetup s;
   auto& v = s.verification;
   v.ran = true;
   v.device = options.device;
-  v.savedFloat64Bound = options.savedFloat64Bound;
+  v.modelDtype = plannedWeightDtype(model.graph, analysis);
+  v.savedFloat64Bound = savedBoundFor(options.savedFloat64Bound, v.modelDtype);
   s.device = c10::Device(options.device == "cuda" ? c10::kCUDA : c10::kCPU);
   if (s.device.is_cuda() && !torch::cuda::is_available())
     throw SettingError("device", "no CUDA device is available here to verify on");

@@ -118,7 +118,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const FoldOptions& options, const std::vector<CenteredTensor>* centered) {
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
-  auto setup = startVerification(model, &tm.exampleInputs, options);
+  auto setup = startVerification(model, analysis, &tm.exampleInputs, options);
   auto& v = setup.verification;
   const auto device = setup.device;
   const auto& inputSets = setup.inputSets;
@@ -179,10 +179,10 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     say("float64 (saved file)");
     auto s = runGraph(folded, saved64Graph, in64);
     compareOutputs(z, s, "saved-float64", v.checks);
-    checkPredictions(static_cast<int>(r), a, b, z, s, options.savedFloat64Bound, v.checks, v.worstFlips);
+    checkPredictions(static_cast<int>(r), a, b, z, s, v.savedFloat64Bound, v.checks, v.worstFlips);
   }
   keepWorst(v.worstFlips, kWorstFlips);
-  summarizeChecks(v, options.float64Tolerance, options.savedFloat64Bound);
+  summarizeChecks(v, options.float64Tolerance, v.savedFloat64Bound);
   return setup.verification;
 }
 

@@ -39,7 +39,9 @@ struct FoldOptions {
   /// Relative error expected at most of the saved float32 file run in float64: its centered
   /// weights are rounded to float32 (unit roundoff 2^-24 = 6.0e-8 each), amplified by the
   /// model's conditioning (GPT-2: 3e-8 measured). A property of the dtype, not a verdict: above
-  /// it the report says so, and flips of predictions are no longer excused by it.
+  /// it the report says so, and flips of predictions are no longer excused by it. A model whose
+  /// centered weights are 16-bit gets this bound scaled by the unit roundoff of their dtype
+  /// (savedBoundFor in fold_support.h: float16 x 2^13, bfloat16 x 2^16).
   double savedFloat64Bound = 1e-5;
   // Each residual add read by a folded norm becomes one foldnorm::add_rms_norm with it (exact:
   // bitwise equal to add + rms_norm), in the saved model and in both verification runs.
@@ -48,7 +50,8 @@ struct FoldOptions {
 };
 
 /// Max errors of one model output, over all verification runs, in one comparison:
-///   "float32"        original vs folded, both in the model's dtype (what a user runs)
+///   "float32"        original vs folded, both in the model's dtype (what a user runs; the name
+///                    stays "float32" for a 16-bit model too, Verification::modelDtype says which)
 ///   "float64"        original vs the plan, both in float64 (centering not rounded): the verdict
 ///   "saved-float64"  original vs the saved file (float32 weights, rounded after centering),
 ///                    both run in float64 arithmetic
@@ -89,7 +92,10 @@ struct Verification {
   double worstRelative64 = 0;       // the plan in float64: the pass/fail figure
   double worstRelative32 = 0;
   double worstRelativeSaved64 = 0;  // the saved float32 file run in float64
-  double savedFloat64Bound = 0;     // the bound it is compared with (FoldOptions)
+  double savedFloat64Bound = 0;     // the bound it is compared with (savedBoundFor(FoldOptions'))
+  /// The dtype the centered parameters are saved in, the coarsest of the plan's ("float32" where
+  /// the plan centers none): the model's own dtype, in which the "float32" comparison runs.
+  std::string modelDtype = "float32";
   bool savedWithinBound = true;
   int64_t predictionRows = 0;       // rows of outputs with predictions, all runs
   int64_t flippedRows = 0;

@@ -46,7 +46,7 @@ torch::jit::Value* insertCentered64(torch::jit::Graph& graph, const at::Tensor& 
                                     const std::vector<CenterAction>& actions, const std::vector<at::Tensor>& scales);
 
 /// What both folds' verifications start from: `verification` marked as run on options.device
-/// (with the saved-file bound), that device, and the input sets: `examples` (when given), then
+/// (with the model's dtype and the saved-file bound for it, from `analysis`' plan), that device, and the input sets: `examples` (when given), then
 /// options.randomInputs sets drawn from the model's input spec (one drawn at options.seed when
 /// that makes none). SettingError("device") when CUDA is asked for and absent.
 struct VerificationSetup {
@@ -54,8 +54,17 @@ struct VerificationSetup {
   c10::Device device{c10::kCPU};
   std::vector<std::vector<at::Tensor>> inputSets;
 };
-VerificationSetup startVerification(const ImportedModel& model, const std::vector<at::Tensor>* examples,
-                                    const FoldOptions& options);
+/// The dtype the plan's centered parameters are saved in: the coarsest floating dtype among them
+/// (bfloat16 over float16 over float32 over float64), "float32" when the plan centers nothing.
+std::string plannedWeightDtype(const Graph& graph, const AnalysisResult& analysis);
+
+/// The saved file's float64 bound for weights of `dtype`: `float32Bound` for float32 and float64
+/// weights, scaled by the unit roundoff of a 16-bit dtype against float32's 2^-24 (float16 2^-11:
+/// x 8192; bfloat16 2^-8: x 65536), since each centered weight is rounded to that dtype.
+double savedBoundFor(double float32Bound, const std::string& dtype);
+
+VerificationSetup startVerification(const ImportedModel& model, const AnalysisResult& analysis,
+                                    const std::vector<at::Tensor>* examples, const FoldOptions& options);
 
 /// Records a centered parameter (and its untie, with the bytes copied) in `report`.
 void reportCentered(FoldReport& report, const std::string& path, const ParameterPlan& plan);
