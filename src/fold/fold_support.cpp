@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <limits>
 #include <stdexcept>
 
+#include "foldnorm/common/dtype.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/torch/torch_model.h"
@@ -142,25 +142,21 @@ torch::jit::Value* insertCentered64(torch::jit::Graph& graph, const at::Tensor& 
 }
 
 std::string plannedWeightDtype(const Graph& graph, const AnalysisResult& analysis) {
-  // Coarsest first: the saved file's rounding is that of its coarsest centered tensor.
-  static const char* const kCoarseToFine[] = {"bfloat16", "float16", "float32", "float64"};
-  std::size_t coarsest = 2;  // float32 when nothing floating is centered
-  bool any = false;
+  // The saved file's rounding is that of its coarsest centered tensor (largest unit roundoff).
+  std::string coarsest = "float32";
+  double u = 0;
   for (const auto& plan : analysis.plan) {
     const auto& dtype = graph.parameter(plan.param).dtype;
-    for (std::size_t k = 0; k < std::size(kCoarseToFine); ++k)
-      if (dtype == kCoarseToFine[k]) {
-        coarsest = any ? std::min(coarsest, k) : k;
-        any = true;
-      }
+    if (unitRoundoff(dtype) > u) {
+      u = unitRoundoff(dtype);
+      coarsest = dtype;
+    }
   }
-  return kCoarseToFine[coarsest];
+  return coarsest;
 }
 
 double savedBoundFor(double float32Bound, const std::string& dtype) {
-  if (dtype == "float16") return std::ldexp(float32Bound, 24 - 11);
-  if (dtype == "bfloat16") return std::ldexp(float32Bound, 24 - 8);
-  return float32Bound;
+  return float32Bound * std::max(1.0, unitRoundoff(dtype) / unitRoundoff("float32"));
 }
 
 VerificationSetup startVerification(const ImportedModel& model, const AnalysisResult& analysis,

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <set>
 
+#include "foldnorm/common/dtype.h"
 #include "rule_helpers.h"
 
 namespace foldnorm::rules {
@@ -130,15 +131,6 @@ std::optional<std::size_t> scaledSlot(const Graph& g, NodeId node) {
 }
 
 bool isScaledLeaf(const Graph& g, NodeId node) { return scaledSlot(g, node).has_value(); }
-
-/// Unit roundoff of a floating dtype (0 when unknown).
-double unitRoundoff(const std::string& dtype) {
-  if (dtype == "float64") return std::ldexp(1.0, -53);
-  if (dtype == "float32") return std::ldexp(1.0, -24);
-  if (dtype == "float16") return std::ldexp(1.0, -11);
-  if (dtype == "bfloat16") return std::ldexp(1.0, -8);
-  return 0;
-}
 
 void scaledLeafMz(MeanZeroContext& ctx) {
   const auto& g = ctx.graph();
