@@ -101,7 +101,7 @@ py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, i
     py::gil_scoped_release release;
     folded = foldModel(a.model, a.result, fo);
     const auto& v = folded.report.verification;
-    if (!out.empty() && (!v.ran || v.float64Equivalent)) saveFolded(folded, a.model, out);
+    if (!out.empty() && (!v.ran || v.float64Equivalent)) folded.report.savedFile = saveFolded(folded, a.model, out);
   }
   return py::make_tuple(toJson(folded.report).dump(), folded.torch->module);
 }
