@@ -11,6 +11,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/fold/fold_support.h"
+#include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 #include "helpers.h"
 
@@ -121,4 +122,34 @@ TEST_CASE("a verified fold's saved file is loaded back and checked, and the repo
   auto unverified = foldModel(ir, analysis, quick);
   CHECK_FALSE(unverified.runs);
   CHECK_FALSE(saveFolded(unverified, ir, (dir.path / "quick.pt").string()).ran);
+}
+
+TEST_CASE("a clone keeps every method naming a module type from a later subtree loadable", "[fold][saved]") {
+  // Module::clone copies the encoder's methods before it clones the decoder: a signature that
+  // names the decoder's embedding type (Pegasus 4.41's trace passes decoder.embed_tokens to the
+  // encoder's forward) kept the original's type, and the saved clone did not load (issue 31).
+  auto cu = std::make_shared<jit::CompilationUnit>();
+  jit::Module root("__torch__.Root", cu, true), enc("__torch__.Enc", cu, true), dec("__torch__.Dec", cu, true),
+      emb("__torch__.Emb", cu, true);
+  emb.register_parameter("weight", at::arange(6, at::kFloat).view({3, 2}), false);
+  dec.register_module("emb", emb);
+  struct NamesEmb : jit::Resolver {
+    c10::TypePtr type;
+    c10::TypePtr resolveType(const std::string& name, const jit::SourceRange&) override {
+      return name == "Emb" ? type : nullptr;
+    }
+  };
+  auto resolver = std::make_shared<NamesEmb>();
+  resolver->type = emb.type();
+  enc.define("def forward(self, m: Emb, ids: Tensor) -> Tensor:\n  return m.weight.index_select(0, ids)\n", resolver);
+  root.register_module("enc", enc);  // cloned before `dec`
+  root.register_module("dec", dec);
+  root.define("def forward(self, ids: Tensor) -> Tensor:\n  return self.enc.forward(self.dec.emb, ids)\n");
+  auto clone = cloneSharing(root, {}, {std::nullopt, c10::kCPU});
+  test::ScratchDir dir("foldnorm-saved");
+  const auto path = (dir.path / "clone.pt").string();
+  clone.save(path);
+  auto loaded = jit::load(path);  // threw "Expected a value of type ... Emb ... found type ... Emb"
+  auto ids = at::tensor({2, 0}, at::kLong);
+  CHECK(loaded.forward({ids}).toTensor().equal(root.forward({ids}).toTensor()));
 }
