@@ -64,7 +64,10 @@ def fold(foldnorm, name, path, form, out_dir):
     if os.path.exists(out):
         os.remove(out)
     cmd = [foldnorm, "fold", path, "-o", out, "--rms-op", form, "--random", "0", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        return None, [f"{name} [{form}]: cannot run {foldnorm}: {e}"]
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
         return None, [f"{name} [{form}]: foldnorm fold exited {r.returncode}: {tail}"]
