@@ -1,6 +1,7 @@
 // The checkpoint fold: shards in, shards out, one tensor in memory at a time (fold_checkpoint.h).
 #include "foldnorm/checkpoint/fold_checkpoint.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -98,15 +99,22 @@ struct Progress {
   }
 };
 
-/// The output folder's temporary sibling: removed unless committed.
+/// The output folder's temporary sibling: removed unless committed. It is flat (files only), and
+/// removed with POSIX calls: libtorch exports its own std::filesystem::remove_all, which crashes
+/// in our binaries (as src/common/write_file.cpp notes).
 struct Staging {
   fs::path dir, target;
   bool committed = false;
   ~Staging() {
-    if (!committed && !dir.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
+    if (committed || dir.empty()) return;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") ::unlink((dir / name).c_str());
+      }
+      ::closedir(d);
     }
+    ::rmdir(dir.c_str());
   }
 };
 
@@ -310,7 +318,13 @@ nlohmann::json foldCheckpoint(const std::string& src, const std::string& out, co
       skipped.push_back(name);
       continue;
     }
-    fs::copy_file(e.path(), staging.dir / name);
+    Fd from(e.path().string(), O_RDONLY), to((staging.dir / name).string(), O_WRONLY | O_CREAT | O_EXCL);
+    for (int64_t off = 0;; off += kCopyChunk) {
+      const ssize_t n = ::pread(from.fd, buffer.data(), kCopyChunk, off);
+      if (n < 0) throw Error("cannot read " + e.path().string() + ": " + std::strerror(errno));
+      if (n == 0) break;
+      writeAll(to.fd, buffer.data(), n, (staging.dir / name).string());
+    }
   }
   int dir = ::open(staging.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
