@@ -223,9 +223,14 @@ nlohmann::json foldCheckpoint(const std::string& src, const std::string& out, co
   std::map<std::string, std::vector<std::string>> untieAfter;  // source -> heads written after it
   for (const auto& [name, source] : r.untie) untieAfter[source].push_back(name);
 
+  std::vector<char> buffer;  // the fixed copy buffer
+  try {
+    buffer.resize(kCopyChunk);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory for the " + gb(kCopyChunk) + " copy buffer");
+  }
   Progress progress{options};
   progress.total = index.totalBytes() + r.untieBytes;
-  std::vector<char> buffer(kCopyChunk);
   std::vector<char> tensor;  // the one centered tensor in memory
   double worstSum = 0;
   std::map<std::string, double> worstByDtype;
@@ -258,9 +263,19 @@ nlohmann::json foldCheckpoint(const std::string& src, const std::string& out, co
       const int64_t bytes = e.end - e.begin, from = shard.dataStart + source.begin;
       const bool center = e.name == source.name && toCenter.count(e.name);
       if (center) {
-        tensor.resize(bytes);
+        try {
+          tensor.resize(bytes);
+        } catch (const std::bad_alloc&) {
+          throw Error("out of memory for tensor " + e.name + " (" + gb(bytes) + "): the fold holds the largest centered "
+                      "tensor in memory (" + gb(result["memory_bound_bytes"].get<int64_t>()) + " with its means and buffer)");
+        }
         readAt(in.fd, tensor.data(), bytes, from, inPath + " (" + e.name + ")");
-        const double w = centerInPlace(tensor.data(), e.dtype, e.shape, toCenter.at(e.name)->center);
+        double w = 0;
+        try {
+          w = centerInPlace(tensor.data(), e.dtype, e.shape, toCenter.at(e.name)->center);
+        } catch (const std::bad_alloc&) {
+          throw Error("out of memory for the means of tensor " + e.name);
+        }
         const double bound = 2 * unitRoundoff(torchDtype(e.dtype)) + 1e-13;
         if (!(w <= bound))  // the written values' sums along the axis, in float64
           throw Error("tensor " + e.name + " is not centered after rounding to " + e.dtype + " (|sum|/sum|x| = " +
