@@ -26,9 +26,12 @@ import torch
 from torch import nn
 
 from . import _foldnorm
-from ._fold import _module_paths, _names_holding, _owner, _plain_layer_norm, _redirected_holders, _tensor
+from ._fold import (FoldSummary, _module_paths, _names_holding, _owner, _plain_layer_norm, _redirected_holders,
+                    _tensor)
+from ._trace import Inputs, as_file, hf_call_options
 from .errors import FoldnormError
 from .nn import RMSNorm
+from .report import Report
 
 PLAN_SCHEMA = "foldnorm-checkpoint-plan/1"
 FOLDED_PLAN_FILE = "foldnorm_plan.json"
@@ -163,16 +166,23 @@ def plan_checkpoint(src: PathLike, *, layers: int = 3, report=None) -> Dict[str,
     prefix = _layer_list(model, layers)
     vocab = int(getattr(small, "vocab_size", 256) or 256)
     ids = torch.randint(0, min(vocab, 256), (1, 8))
-    rep = api.analyze(model, {"input_ids": ids})
+    # A scale absorption reads a second tensor and an inserted centering changes the model's code:
+    # neither is a tensor-by-tensor step, so the capture is analysed without them (the LNs they
+    # would free stay LayerNorm, listed in "kept"), as `foldnorm analyze --no-scale-absorb
+    # --no-insert-centering` would.
+    with as_file(model, {"input_ids": ids}) as (path, specs, names):
+        rep = Report(_foldnorm.analyze(path, specs, True, [], False, False), names)
     if report is not None:
         report.append(rep)
     refused = [f"scale absorption {s.get('description', '')}" for s in rep.data.get("scale_absorptions", [])]
     refused += [f"inserted centering {s.get('description', '')}" for s in rep.data.get("insertions", []) if s.get("inserted")]
-    if refused:
+    if refused:  # cannot happen with both turned off; a plan with them would be applied wrongly
         raise FoldnormError("the small capture's plan has steps a checkpoint cannot take tensor by tensor (they need "
                             "another tensor's values or a change to the model's code): " + "; ".join(refused))
-    # The small fold itself is verified in float64 (foldnorm.fold), so the plan is a proven one.
-    folded = api.fold(model, {"input_ids": ids})
+    # This plan, executed on the small model as the eager fold does, is verified in float64 (as
+    # foldnorm.fold verifies), so the plan written is a proven one.
+    summary = FoldSummary()
+    api._verify(model, rep, Inputs({"input_ids": ids}), hf_call_options(model), False, 3, summary)
     center, untie, optional = _eager_plan(model, rep)
     center = generalize(center, prefix, layers, "centered tensors")
     untie = generalize(untie, prefix, layers, "untied tensors")
@@ -196,7 +206,7 @@ def plan_checkpoint(src: PathLike, *, layers: int = 3, report=None) -> Dict[str,
         "kept": [{"module": m, "reason": r} for m, r in sorted(kept.items())],
         "capture": {"layers": layers, "hidden_size": small.hidden_size, "num_attention_heads": small.num_attention_heads,
                     "layer_norms": len(rep.layer_norms), "foldable": len(rep.foldable),
-                    "worst_relative_float64": folded.foldnorm_summary.worst_relative_float64,
+                    "worst_relative_float64": summary.worst_relative_float64,
                     "transformers": tf.__version__, "torch": torch.__version__},
     }
 

@@ -45,10 +45,13 @@ struct Analysis {
 };
 
 std::shared_ptr<Analysis> analyze(const std::string& path, const std::vector<std::string>& inputs,
-                                  bool untie, const std::vector<std::string>& only) {
+                                  bool untie, const std::vector<std::string>& only, bool scaleAbsorb,
+                                  bool insertCentering) {
   auto a = std::make_shared<Analysis>();
   a->options.allowUntie = untie;
   a->options.only = only;
+  a->options.scaleAbsorb = scaleAbsorb;
+  a->options.insertCentering = insertCentering;
   ImportOptions io;
   io.inputs = parseSpecs(inputs);
   {
@@ -169,8 +172,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("fold", &foldTraced, py::arg("rms_op") = "foldnorm", py::arg("verify") = true,
            py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "");
   m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
-        py::arg("untie") = true, py::arg("only") = std::vector<std::string>{},
-        "Imports a traced TorchScript file and analyses it (the CLI's analyze)");
+        py::arg("untie") = true, py::arg("only") = std::vector<std::string>{}, py::arg("scale_absorb") = true,
+        py::arg("insert_centering") = true,
+        "Imports a traced TorchScript file and analyses it (the CLI's analyze; scale_absorb and "
+        "insert_centering are its --no-scale-absorb and --no-insert-centering)");
   m.def("fold_checkpoint", &foldCheckpoint, py::arg("src"), py::arg("out"), py::arg("plan"),
         py::arg("dry_run") = false, py::arg("progress") = true,
         "Folds a safetensors checkpoint folder with a pattern plan (JSON text); returns the result JSON");
