@@ -305,7 +305,9 @@ nlohmann::json foldCheckpoint(const std::string& src, const std::string& out, co
     j["weight_map"] = weightMap;
     writeText(staging.dir / "model.safetensors.index.json", j.dump(2) + "\n");
   }
-  if (!r.untie.empty()) {
+  // Also when the head was saved on its own already: a config that still says tied would make
+  // from_pretrained tie it to the centered embedding again.
+  if (!plan.untie.empty()) {
     config["tie_word_embeddings"] = false;
     for (const auto& key : {"text_config", "decoder"})
       if (config.contains(key) && config[key].is_object() && config[key].contains("tie_word_embeddings"))
