@@ -190,7 +190,10 @@ def plan_checkpoint(src: PathLike, *, layers: int = 3, report=None) -> Dict[str,
               + list(model.named_buffers(remove_duplicate=False))}
     norms, kept = _norms(model, rep)
     norms = generalize(norms, prefix, layers, "LayerNorms made RMSNorm")
-    kept = generalize(kept, prefix, layers, "LayerNorms kept")
+    # Kept LNs must be the same per layer; their explanations name their own layer's modules (and
+    # layer 0's may name the embedding), so only membership is compared, with layer 0's reason.
+    kept_patterns = generalize({m: True for m in kept}, prefix, layers, "LayerNorms kept")
+    kept = {p: kept[p.replace("{i}", "0")] for p in kept_patterns}
     def rank(pattern):
         return len(shapes[pattern.replace("{i}", "0")])
     return {
