@@ -93,6 +93,18 @@ def _model_class(config):
     return tf.AutoModelForCausalLM._model_mapping[type(config)]
 
 
+def _traceable(model: nn.Module) -> nn.Module:
+    """The small model with the ops a trace cannot save replaced by their plain twins (same values):
+    transformers 5 computes BLOOM's GELU in a torch.autograd.Function; its inference formula is
+    bloom_gelu_forward (as the corpus does, tests/corpus/hf_corpus.py)."""
+    import types
+    for m in model.modules():
+        if type(m).__name__ == "BloomGelu":
+            from transformers.models.bloom import modeling_bloom
+            m.forward = types.MethodType(lambda self, x: modeling_bloom.bloom_gelu_forward(x), m)
+    return model
+
+
 def _layer_list(model: nn.Module, layers: int) -> str:
     found = [p for p, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == layers
              and any(True for _ in m.parameters())]
@@ -162,7 +174,7 @@ def plan_checkpoint(src: PathLike, *, layers: int = 3, report=None) -> Dict[str,
         raise FoldnormError(f"transformers cannot read {os.fspath(src)}/config.json: {str(e).splitlines()[0]}") from e
     small = small_config(config, layers)
     torch.manual_seed(0)
-    model = _model_class(small)(small).eval()
+    model = _traceable(_model_class(small)(small).eval())
     prefix = _layer_list(model, layers)
     vocab = int(getattr(small, "vocab_size", 256) or 256)
     ids = torch.randint(0, min(vocab, 256), (1, 8))
@@ -332,6 +344,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         plan = plan_checkpoint(args.src, layers=args.layers)
     except FoldnormError as e:
         print(f"foldnorm: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001  (transformers or the trace failing on this architecture)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"foldnorm: error: the small capture of {args.src} failed: {type(e).__name__}: {first}", file=sys.stderr)
         return 2
     with open(args.out, "w") as f:
         json.dump(plan, f, indent=2)

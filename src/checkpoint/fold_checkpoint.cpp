@@ -118,7 +118,9 @@ struct Staging {
   }
 };
 
-void checkPaths(const std::string& src, const std::string& out) {
+}  // namespace
+
+void checkOutputFolder(const std::string& src, const std::string& out) {
   if (out.empty()) throw Error("no output folder given");
   std::error_code ec;
   if (fs::exists(out)) throw Error(out + " exists: foldnorm writes a new folder (remove it or choose another name)");
@@ -131,6 +133,8 @@ void checkPaths(const std::string& src, const std::string& out) {
   };
   if (starts(b, a)) throw Error("the output " + out + " would be inside the input " + src);
 }
+
+namespace {
 
 nlohmann::json readConfig(const std::string& src) {
   const auto path = fs::path(src) / "config.json";
@@ -208,7 +212,7 @@ nlohmann::json foldCheckpoint(const std::string& src, const std::string& out, co
   const auto index = readCheckpointIndex(src);
   auto config = readConfig(src);
   const auto r = resolvePlan(plan, index, config);
-  if (!options.dryRun) checkPaths(src, out);
+  if (!options.dryRun) checkOutputFolder(src, out);
   auto result = baseResult(src, out, plan, index, r, options.dryRun);
   if (options.dryRun) return result;
 

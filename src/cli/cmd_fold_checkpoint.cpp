@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -54,7 +55,8 @@ struct InterruptGuard {
   }
 };
 
-/// Runs the small capture in Python; returns the plan's path (a temporary file) or throws.
+/// Runs the small capture in Python; returns the plan's path (a temporary file) or throws
+/// foldnorm::Error with Python's one-line reason.
 std::string capturePlan(const std::string& src, const std::string& planPath) {
   const std::string python = FOLDNORM_PYTHON_PATH, package = FOLDNORM_PYTHON_PACKAGE;
   std::cerr << "[foldnorm] no --plan: planning on a small capture of " << src << "'s architecture with "
@@ -62,10 +64,15 @@ std::string capturePlan(const std::string& src, const std::string& planPath) {
   std::string pythonPath = package;
   if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonPath += std::string(":") + old;
   std::vector<std::string> args = {python, "-m", "foldnorm.checkpoint", "plan", src, "-o", planPath};
+  // Python's stderr goes to a file: its progress lines are passed on, and a failure becomes one
+  // line (its own "foldnorm: error:" line, or its last line) instead of a traceback.
+  const std::string log = planPath + ".stderr";
   const pid_t pid = ::fork();
   if (pid < 0) throw Error("cannot start " + python + " for the small capture");
   if (pid == 0) {
     if (!package.empty()) ::setenv("PYTHONPATH", pythonPath.c_str(), 1);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) ::dup2(fd, 2);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -76,8 +83,19 @@ std::string capturePlan(const std::string& src, const std::string& planPath) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "";  // Python printed its one line
-  return planPath;
+  std::ifstream in(log);
+  std::string line, error, last;
+  while (std::getline(in, line)) {
+    if (line.rfind("[foldnorm]", 0) == 0) std::cerr << line << "\n";
+    else if (line.rfind("foldnorm: error: ", 0) == 0) error = line.substr(17);
+    if (!line.empty() && line.find_first_not_of(' ') != std::string::npos) last = line;
+  }
+  in.close();
+  std::remove(log.c_str());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return planPath;
+  if (!error.empty()) throw Error(error);
+  throw Error("the small capture (" + python + " -m foldnorm.checkpoint plan) failed: " +
+              (last.empty() ? std::string("no message") : last) + " (make the plan elsewhere and give it with --plan)");
 }
 
 struct Options {
@@ -100,6 +118,7 @@ void setup(CLI::App& app, int& exitCode) {
     if (opts->out.empty() && !opts->dryRun) throw Error("fold-checkpoint needs -o OUT_DIR (or --dry-run)");
     if (!std::filesystem::is_directory(opts->src))
       throw Error(opts->src + " is not a folder (a Hugging Face checkpoint folder is expected)");
+    if (!opts->dryRun) checkpoint::checkOutputFolder(opts->src, opts->out);  // before the capture's minute
     std::string planPath = opts->plan, temporary;
     if (planPath.empty()) {
       char name[] = "/tmp/foldnorm-plan-XXXXXX";
@@ -107,11 +126,11 @@ void setup(CLI::App& app, int& exitCode) {
       if (fd < 0) throw Error("cannot make a temporary file for the plan");
       ::close(fd);
       temporary = name;
-      planPath = capturePlan(opts->src, temporary);
-      if (planPath.empty()) {
+      try {
+        planPath = capturePlan(opts->src, temporary);
+      } catch (...) {
         std::remove(temporary.c_str());
-        exitCode = 2;
-        return;
+        throw;
       }
     }
     checkpoint::CheckpointPlan plan;

@@ -36,6 +36,9 @@ struct FoldCheckpointOptions {
 nlohmann::json foldCheckpoint(const std::string& src, const std::string& out, const CheckpointPlan& plan,
                               const FoldCheckpointOptions& options);
 
+/// Refuses (one line) an output folder that exists, whose parent does not, or inside `src`.
+void checkOutputFolder(const std::string& src, const std::string& out);
+
 /// Centers `count` elements of a `dtype` tensor of `shape` in place, for each (axis, groups) in
 /// order (float64 arithmetic, one rounding to the dtype at the end); returns the worst
 /// |sum| / sum|x| of a centered group of the result. Exposed for the unit tests.
