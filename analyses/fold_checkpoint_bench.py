@@ -26,10 +26,10 @@ import time
 import torch
 
 
-def build(work: str, layers: int, width: int, seed: int = 0) -> str:
+def build(work: str, layers: int, width: int, seed: int = 0, dtype: str = "float32") -> str:
     import transformers as tf
     tf.logging.set_verbosity_error()
-    src = os.path.join(work, f"opt-{layers}x{width}")
+    src = os.path.join(work, f"opt-{layers}x{width}" + ("" if dtype == "float32" else f"-{dtype}"))
     if os.path.exists(os.path.join(src, "config.json")):
         return src
     cfg = tf.OPTConfig(hidden_size=width, num_attention_heads=width // 64, ffn_dim=4 * width,
@@ -40,7 +40,7 @@ def build(work: str, layers: int, width: int, seed: int = 0) -> str:
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.normal_(0, 0.05).add_(1.0 if "norm" in name and name.endswith("weight") else 0.0)
-    model.save_pretrained(src, max_shard_size="500MB")
+    model.to(getattr(torch, dtype)).save_pretrained(src, max_shard_size="500MB")
     del model
     gc.collect()
     return src
@@ -72,7 +72,7 @@ def measure(args, layers: int, width: int) -> dict:
     import foldnorm
     os.makedirs(args.work, exist_ok=True)
     t = time.time()
-    src = build(args.work, layers, width)
+    src = build(args.work, layers, width, dtype=args.dtype)
     made = time.time() - t
     size = sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src) if f.endswith(".safetensors"))
     plan, out = os.path.join(args.work, "plan.json"), os.path.join(args.work, f"folded-{layers}x{width}")
@@ -97,11 +97,11 @@ def measure(args, layers: int, width: int) -> dict:
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", r.stderr).group(1)
     seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
     ids = torch.randint(0, 50272, (1, 32), generator=torch.Generator().manual_seed(0))
-    original = tf.OPTForCausalLM.from_pretrained(src).eval()
+    original = tf.OPTForCausalLM.from_pretrained(src, dtype=torch.float32).eval()  # run in float32
     ref = logits(original, ids)
     del original
     gc.collect()
-    folded = foldnorm.load_folded(out)
+    folded = foldnorm.load_folded(out, dtype=torch.float32)
     got = logits(folded, ids)
     swapped = sum(isinstance(m, foldnorm.RMSNorm) for m in folded.modules())
     del folded
@@ -127,6 +127,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="6x1024,12x1536,24x2048", help="LAYERSxWIDTH,... (OPT shapes)")
     ap.add_argument("--limit-mb", type=int, default=0, help="address-space limit (default: a quarter of the checkpoint)")
     ap.add_argument("--keep", action="store_true", help="keep the random checkpoints")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"],
+                    help="dtype the checkpoints are saved in (both models are run in float32)")
     args = ap.parse_args()
     rows = []
     for s in args.sizes.split(","):
@@ -134,7 +136,7 @@ def main() -> int:
         row = measure(args, layers, width)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| checkpoint (float32) | shards | largest tensor | limit (--as): LibTorch + share | wall | peak RSS | "
+    print(f"\n| checkpoint ({args.dtype}) | shards | largest tensor | limit (--as): LibTorch + share | wall | peak RSS | "
           "read+write | logits vs original (float32) | worst sum/mag |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
