@@ -7,6 +7,7 @@
 // (every user-caused problem) reaches Python as foldnorm.FoldnormError with the CLI's text.
 #include <torch/extension.h>
 
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/analysis/explain.h"
+#include "foldnorm/checkpoint/fold_checkpoint.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold.h"
@@ -43,10 +45,13 @@ struct Analysis {
 };
 
 std::shared_ptr<Analysis> analyze(const std::string& path, const std::vector<std::string>& inputs,
-                                  bool untie, const std::vector<std::string>& only) {
+                                  bool untie, const std::vector<std::string>& only, bool scaleAbsorb,
+                                  bool insertCentering) {
   auto a = std::make_shared<Analysis>();
   a->options.allowUntie = untie;
   a->options.only = only;
+  a->options.scaleAbsorb = scaleAbsorb;
+  a->options.insertCentering = insertCentering;
   ImportOptions io;
   io.inputs = parseSpecs(inputs);
   {
@@ -106,6 +111,38 @@ py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, i
   return py::make_tuple(toJson(folded.report).dump(), folded.torch->module);
 }
 
+/// The checkpoint fold (issue 29): `plan` is the plan's JSON text; returns the result's JSON
+/// text. Progress goes to stderr; Ctrl-C (a pending Python signal) stops the fold, which removes
+/// its partial output, and raises KeyboardInterrupt.
+std::string foldCheckpoint(const std::string& src, const std::string& out, const std::string& planText,
+                           bool dryRun, bool progress) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(planText);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("the plan is not JSON (" + std::string(e.what()) + ")");
+  }
+  const auto plan = checkpoint::parsePlan(j, "the plan");
+  checkpoint::FoldCheckpointOptions fo;
+  fo.dryRun = dryRun;
+  if (progress) fo.progress = [](const std::string& line) { std::fprintf(stderr, "[foldnorm] %s\n", line.c_str()); };
+  bool signalled = false;
+  fo.interrupted = [&signalled] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) signalled = true;
+    return signalled;
+  };
+  nlohmann::json result;
+  try {
+    py::gil_scoped_release release;
+    result = checkpoint::foldCheckpoint(src, out, plan, fo);
+  } catch (const Error&) {
+    if (signalled) throw py::error_already_set();  // the KeyboardInterrupt PyErr_CheckSignals set
+    throw;
+  }
+  return result.dump();
+}
+
 }  // namespace
 }  // namespace foldnorm::python
 
@@ -135,6 +172,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("fold", &foldTraced, py::arg("rms_op") = "foldnorm", py::arg("verify") = true,
            py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "");
   m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
-        py::arg("untie") = true, py::arg("only") = std::vector<std::string>{},
-        "Imports a traced TorchScript file and analyses it (the CLI's analyze)");
+        py::arg("untie") = true, py::arg("only") = std::vector<std::string>{}, py::arg("scale_absorb") = true,
+        py::arg("insert_centering") = true,
+        "Imports a traced TorchScript file and analyses it (the CLI's analyze; scale_absorb and "
+        "insert_centering are its --no-scale-absorb and --no-insert-centering)");
+  m.def("fold_checkpoint", &foldCheckpoint, py::arg("src"), py::arg("out"), py::arg("plan"),
+        py::arg("dry_run") = false, py::arg("progress") = true,
+        "Folds a safetensors checkpoint folder with a pattern plan (JSON text); returns the result JSON");
 }
