@@ -141,7 +141,7 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
 /// model says where they came from (its code and our importer's source locations show it).
 void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables, const ImportedModel& model,
                       const AnalysisResult& analysis, FoldReport* report) {
-  static const std::string kText = "x - x.mean(axes, keepdim=True)  # inserted by foldnorm (method.md section 8)";
+  static const std::string kText = "x - x.mean(axes, keepdim=True)  # inserted by foldnorm (docs/method.md section 8)";
   const jit::SourceRange range(std::make_shared<jit::Source>(kText, kInsertedCenteringSource, 1), 0, kText.size());
   for (const auto& ic : analysis.insertions) {
     if (!ic.inserted) continue;
