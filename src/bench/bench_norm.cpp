@@ -3,8 +3,6 @@
 #include "foldnorm/common/measure.h"
 
 #include <ATen/Parallel.h>
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -21,6 +19,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/ops/rms_norm.h"
+#include "device_timer.h"
 
 namespace foldnorm::bench {
 namespace {
@@ -101,14 +100,13 @@ struct Variant {
   std::function<void()> run;
 };
 
-// Times one call per sample. CPU: wall clock around a synchronous call. CUDA: events on the
-// current stream, with the L2 flush (when on) done before the start event.
+// Times one call per sample (device_timer.h), with the L2 flush (when on, CUDA only) done before
+// the start event.
 class SampleTimer {
  public:
-  SampleTimer(const BenchNormOptions& options, torch::Device device) : device_(device) {
+  SampleTimer(const BenchNormOptions& options, torch::Device device) : timer_(device) {
     if (!device.is_cuda()) return;
-    flushL2_ = options.flushL2;
-    if (flushL2_) {
+    if (options.flushL2) {
       // No L2 query without CUDA headers here; 256 MiB is at least twice the L2 of every current
       // NVIDIA GPU (H100/H200: 50 MB; B200: 126 MB), as Triton's do_bench uses.
       flush_ = torch::empty({256 << 20}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
@@ -116,32 +114,15 @@ class SampleTimer {
   }
 
   double timeMs(const std::function<void()>& fn) {
-    if (!device_.is_cuda()) {
-      const auto start = std::chrono::steady_clock::now();
-      fn();
-      const auto stop = std::chrono::steady_clock::now();
-      return std::chrono::duration<double, std::milli>(stop - start).count();
-    }
-    if (flushL2_) flush_.zero_();
-    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-    const c10::Stream stream = impl.getStream(device_);
-    c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    start.record(stream);
-    fn();
-    stop.record(stream);
-    stop.synchronize();
-    return start.elapsedTime(stop);
+    if (!flush_.defined()) return timer_.timeMs(fn);
+    return timer_.timeMs(fn, [this] { flush_.zero_(); });
   }
 
-  void settle() {
-    if (device_.is_cuda()) torch::cuda::synchronize();
-  }
+  void settle() { timer_.settle(); }
 
  private:
-  torch::Device device_;
-  bool flushL2_ = false;
-  torch::Tensor flush_;
+  DeviceTimer timer_;
+  torch::Tensor flush_;  // defined when the L2 is flushed before each sample
 };
 
 BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
