@@ -2,23 +2,12 @@
 // untie as planned, and the inserted centerings (aten mean + sub at the planned values).
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
-#include <cstdarg>
-#include <cstdio>
 #include <functional>
 
 #include "foldnorm/fold/fold_support.h"
 #include "fold_internal.h"
 
 namespace foldnorm::fold_detail {
-
-std::string strf(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  char buffer[1024];
-  std::vsnprintf(buffer, sizeof(buffer), format, args);
-  va_end(args);
-  return buffer;
-}
 
 GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel& reference) {
   GraphTables t;
