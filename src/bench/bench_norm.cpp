@@ -29,30 +29,30 @@ torch::Dtype parseDtype(const std::string& name) {
   if (name == "float64") return torch::kFloat64;
   if (name == "bfloat16") return torch::kBFloat16;
   if (name == "float16") return torch::kFloat16;
-  throw Error("bench-norm: unknown dtype '" + name +
-              "' (use float32, float64, bfloat16 or float16, comma-separated)");
+  throw SettingError("dtype", "unknown dtype '" + name + "' (float32, float64, bfloat16 or float16)");
 }
 
 void checkOptions(const BenchNormOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") {
-    throw Error("bench-norm: unknown device '" + o.device + "' (use cpu or cuda)");
+    throw SettingError("device", "unknown device '" + o.device + "' (cpu or cuda)");
   }
   if (o.device == "cuda" && !torch::cuda::is_available()) {
-    throw Error("bench-norm: --device cuda needs a CUDA device, but torch::cuda::is_available() "
-                "is false here; use --device cpu");
+    throw SettingError("device", "timing on cuda needs a CUDA device, but torch::cuda::is_available() "
+                                 "is false here; time on cpu");
   }
   if (o.dtypes.empty() || o.hidden.empty() || o.rows.empty()) {
-    throw Error("bench-norm: --dtype, --hidden and --rows each need at least one value");
+    const char* empty = o.dtypes.empty() ? "dtype" : o.hidden.empty() ? "hidden" : "rows";
+    throw SettingError(empty, "at least one value is needed (the shapes and dtypes timed are their product)");
   }
   for (const auto& d : o.dtypes) parseDtype(d);
   for (auto h : o.hidden) {
-    if (h <= 0) throw Error("bench-norm: --hidden values must be positive, got " + std::to_string(h));
+    if (h <= 0) throw SettingError("hidden", "row widths must be positive, got " + std::to_string(h));
   }
   for (auto r : o.rows) {
-    if (r <= 0) throw Error("bench-norm: --rows values must be positive, got " + std::to_string(r));
+    if (r <= 0) throw SettingError("rows", "row counts must be positive, got " + std::to_string(r));
   }
-  if (o.reps < 3) throw Error("bench-norm: --reps must be at least 3 for a median and spread");
-  if (o.warmup < 0) throw Error("bench-norm: --warmup must not be negative");
+  if (o.reps < 3) throw SettingError("reps", "at least 3 timed samples are needed for a median and a spread");
+  if (o.warmup < 0) throw SettingError("warmup", "the number of untimed rounds must not be negative");
 }
 
 // Fresh allocations >= 32 MiB are mmapped and page-faulted on first touch by glibc; ATen's ops
@@ -214,7 +214,7 @@ const VariantTiming& BenchNormCase::variant(const std::string& name) const {
 
 BenchNormReport runNormBench(const BenchNormOptions& options, std::ostream& progress) {
   checkOptions(options);
-  if (options.threads < 0) throw Error("bench-norm: --threads must not be negative (0: LibTorch's default)");
+  if (options.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
   if (options.threads > 0) at::set_num_threads(options.threads);
   const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
   const CpuIsaScope isaScope(options.cpuIsa);
