@@ -41,7 +41,10 @@ std::vector<std::vector<std::string>> folderMapRows(const std::string& design) {
     std::vector<std::string> cells;
     std::string cell;
     std::istringstream cellsIn(line.substr(1));
-    while (std::getline(cellsIn, cell, '|')) cells.push_back(cell);
+    while (std::getline(cellsIn, cell, '|')) {
+      const auto first = cell.find_first_not_of(' '), last = cell.find_last_not_of(' ');
+      cells.push_back(first == std::string::npos ? "" : cell.substr(first, last - first + 1));
+    }
     rows.push_back(cells);
   }
   return rows;
