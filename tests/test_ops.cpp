@@ -40,11 +40,6 @@ double worstExcess(const torch::Tensor& y, const torch::Tensor& ref, Tolerance t
   return (err - bound).max().item<double>();
 }
 
-std::vector<int64_t> trailingDims(const torch::Tensor& x, int64_t count) {
-  auto sizes = x.sizes().vec();
-  return std::vector<int64_t>(sizes.end() - count, sizes.end());
-}
-
 torch::Tensor referenceNorm(bool layer, const torch::Tensor& x, int64_t normDims,
                             const std::optional<torch::Tensor>& w,
                             const std::optional<torch::Tensor>& b, double eps) {
