@@ -75,7 +75,7 @@ Row analyse(const std::string& path, const std::string& name, const std::string&
   r.nodes = model.graph.nodeCount();
   r.lns = result.layerNorms.size();
   r.foldable = result.foldableCount();
-  AnalysisOptions paper;  // the paper's rules: neither fold beyond it (method.md sections 7, 8)
+  AnalysisOptions paper;  // the paper's rules: neither fold beyond it (docs/method.md sections 7, 8)
   paper.scaleAbsorb = false;
   paper.insertCentering = false;
   r.paperFoldable = analyzeFoldability(model.graph, paper).foldableCount();

@@ -1,4 +1,4 @@
-// Training equivalence of CBWC+RMSNorm and LayerNorm (method.md sections 2 and 6), measured.
+// Training equivalence of CBWC+RMSNorm and LayerNorm (docs/method.md sections 2 and 6), measured.
 //
 // A character-level tiny GPT (src/train/tiny_gpt.h) is trained on a text from a Debian package
 // (fortunes: /usr/share/games/fortunes) three ways, LayerNorm, RMSNorm and CBWC+RMSNorm, from one

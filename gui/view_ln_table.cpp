@@ -20,7 +20,7 @@ bool containsNoCase(const std::string& haystack, const std::string& needle) {
 }
 
 // The analysis' settings, where its result is shown (as Tracy keeps a view's options at the top of
-// that view): the two folds beyond the paper (method.md sections 7 and 8), both on by default. A
+// that view): the two folds beyond the paper (docs/method.md sections 7 and 8), both on by default. A
 // toggle analyses the model again on the worker; while the worker is busy they wait.
 void drawAnalysisSettings(App& app) {
   UiState& ui = app.ui;
@@ -29,13 +29,13 @@ void drawAnalysisSettings(App& app) {
   ImGui::BeginDisabled(busy);
   bool changed = ImGui::Checkbox("absorb per-channel scales", &o.scaleAbsorb);
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
-    ImGui::SetTooltip("LayerScale: gamma * (W h + b) folds by centering the scaled map (method.md section 7);\n"
+    ImGui::SetTooltip("LayerScale: gamma * (W h + b) folds by centering the scaled map (docs/method.md section 7);\n"
                       "off: those LayerNorms keep, with reason turned-off");
   }
   changed |= ImGui::Checkbox("insert one centering where it frees a stream", &o.insertCentering);
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
     ImGui::SetTooltip("x - mean(x) inserted once where a stream starts at a non-leaf, when that frees at least\n"
-                      "two LayerNorms (method.md section 8)");
+                      "two LayerNorms (docs/method.md section 8)");
   }
   ImGui::EndDisabled();
   if (changed) reanalyze(app);

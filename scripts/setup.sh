@@ -66,6 +66,10 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DFOLDNORM_PYTHON="$venv/bin/python" -DFOLDNORM_RENDER=ON -DFOLDNORM_GUI=ON -DFOLDNORM_CUDA=ON
 fi
+# FOLDNORM_WERROR=ON (CI): a compiler warning in our sources fails the build (CMakeLists.txt).
+if [ -n "${FOLDNORM_WERROR:-}" ]; then
+  cmake -S "$here" -B "$build" -DFOLDNORM_WERROR="$FOLDNORM_WERROR" >/dev/null
+fi
 say "building (ccache dir: ${CCACHE_DIR:-$cache/ccache})"
 CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} cmake --build "$build" -j "$(nproc)"
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -17,7 +17,7 @@
 namespace foldnorm::test {
 
 /// `t` (in float64) with its mean along each action's axis removed within each group: what
-/// the fold does to a parameter, without the cast back. A scaled action (method.md section 7)
+/// the fold does to a parameter, without the cast back. A scaled action (docs/method.md section 7)
 /// subtracts mean_k(s_k x[k]) / s_c instead, s = scaleOf(action.scale).
 inline at::Tensor centered64(at::Tensor t, const std::vector<CenterAction>& actions,
                              const std::function<at::Tensor(ParamId)>& scaleOf = {}) {

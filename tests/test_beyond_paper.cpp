@@ -1,4 +1,4 @@
-// The two folds beyond the paper (method.md sections 7 and 8, issue 14): a per-channel scale
+// The two folds beyond the paper (docs/method.md sections 7 and 8, issue 14): a per-channel scale
 // after a leaf absorbed by centering the scaled map, and one inserted centering where a stream
 // starts at a non-leaf. Unit tests on IR models (the refusals with their numbers, the settings
 // that turn each off) and fixture tests on the hand-written models of

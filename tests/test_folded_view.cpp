@@ -1,5 +1,5 @@
 // The folded view (render/folded_view.h) on a real saved fold: every kind of mark the fold can
-// leave is found again in the re-imported file. Here: an inserted centering (method.md section 8),
+// leave is found again in the re-imported file. Here: an inserted centering (docs/method.md section 8),
 // whose nodes carry the source name kInsertedCenteringSource, and the LNs it frees.
 #include <catch2/catch.hpp>
 #include <unistd.h>

@@ -40,11 +40,6 @@ double worstExcess(const torch::Tensor& y, const torch::Tensor& ref, Tolerance t
   return (err - bound).max().item<double>();
 }
 
-std::vector<int64_t> trailingDims(const torch::Tensor& x, int64_t count) {
-  auto sizes = x.sizes().vec();
-  return std::vector<int64_t>(sizes.end() - count, sizes.end());
-}
-
 torch::Tensor referenceNorm(bool layer, const torch::Tensor& x, int64_t normDims,
                             const std::optional<torch::Tensor>& w,
                             const std::optional<torch::Tensor>& b, double eps) {
@@ -267,6 +262,36 @@ TEST_CASE("rms_norm rejects arguments that do not fit, naming them", "[ops]") {
     CHECK_THROWS_WITH(foldnorm::ops::rmsNormOut(out, x, {8}, {}, {}, 1e-5),
                       Contains("out has dtype"));
   }
+}
+
+TEST_CASE("the Meta kernels give every op's outputs without data, and check as the CPU does", "[ops]") {
+  // torch.export.load and fake tensors run the ops on the Meta device (norm_op_table.h's Meta
+  // column): shapes and dtypes only, the same argument checks as the CPU and CUDA kernels.
+  namespace ops = foldnorm::ops;
+  const auto meta = torch::TensorOptions().device(torch::kMeta);
+  const auto x = torch::empty({2, 3, 8}, meta.dtype(torch::kBFloat16));
+  const auto w = torch::empty({8}, meta.dtype(torch::kFloat32));
+  const auto b = torch::empty({8}, meta.dtype(torch::kFloat32));
+  for (auto y : {ops::rmsNorm(x, {8}, w, b, 1e-5), ops::layerNorm(x, {8}, w, b, 1e-5)}) {
+    CHECK(y.is_meta());
+    CHECK(y.sizes() == x.sizes());
+    CHECK(y.scalar_type() == torch::kBFloat16);
+  }
+  auto [normed, sum] = ops::addRmsNorm(x, torch::empty_like(x), {8}, w, b, 1e-5);
+  CHECK((normed.is_meta() && sum.is_meta()));
+  CHECK(normed.sizes() == x.sizes());
+  CHECK(sum.sizes() == x.sizes());
+  auto out = torch::empty({0}, meta.dtype(torch::kBFloat16));
+  ops::rmsNormOut(out, x, {8}, w, b, 1e-5);
+  CHECK(out.sizes() == x.sizes());  // resized as the CPU kernel resizes
+  auto [dx, dw, db] = ops::normBackward(false, torch::empty_like(x), x, {8}, w, b, 1e-5,
+                                        {true, true, false});
+  CHECK(dx.sizes() == x.sizes());
+  CHECK((dw.sizes() == w.sizes() && dw.scalar_type() == torch::kFloat32));
+  CHECK_FALSE(db.defined());
+  CHECK_THROWS_WITH(ops::rmsNorm(x, {4}, w, b, 1e-5), Catch::Contains("normalized_shape"));
+  CHECK_THROWS_WITH(ops::addRmsNorm(x, torch::empty({3, 8}, meta.dtype(torch::kBFloat16)), {8}, w, b, 1e-5),
+                    Catch::Contains("residual"));
 }
 
 TEST_CASE("rms_norm runs in inference mode and without grad", "[ops]") {

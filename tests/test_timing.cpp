@@ -4,6 +4,7 @@
 
 #include "foldnorm/analysis/timing.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/measure.h"
 #include "helpers.h"
 
 using namespace foldnorm;
@@ -33,4 +34,14 @@ TEST_CASE("the analysis timer reports the graph's size and ordered statistics", 
   CHECK(t.p10Ms <= t.medianMs);
   CHECK(t.medianMs <= t.p90Ms);
   CHECK_THROWS_AS(timeAnalysis(a.model.graph, {}, 0), Error);
+}
+
+TEST_CASE("format, the one printf helper, sizes its buffer", "[common][timing]") {
+  // The fold's reports and progress lines use it too (fold_internal.h's strf): a long module
+  // path or plan must come back whole, where a fixed 1024-byte buffer cut it.
+  const std::string path(3000, 'p');
+  const std::string s = format("untie %s (%s copied)", path.c_str(), humanBytes(256000).c_str());
+  CHECK(s == "untie " + path + " (250.0 KiB copied)");
+  CHECK(format("%d", 0) == "0");
+  CHECK(format("%s", "").empty());
 }

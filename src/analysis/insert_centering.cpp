@@ -1,4 +1,4 @@
-// The last solver step (method.md section 8, issue 14): one explicit centering where a stream
+// The last solver step (docs/method.md section 8, issue 14): one explicit centering where a stream
 // starts at a value no parameter centering makes mean-zero (an LN's affine output, a GELU after a
 // conv stem). Inserting x - x.mean(axes, keepdim=True) at that value changes it by a per-row
 // constant, so it is exact exactly where a centered leaf would be: the shift walk from the value

@@ -168,7 +168,7 @@ nlohmann::json toJson(const Graph& g, const AnalysisResult& r, const std::string
     plan.push_back(pj);
   }
   j["plan"] = plan;
-  // The plan's two steps beyond the paper (method.md sections 7 and 8), one entry each.
+  // The plan's two steps beyond the paper (docs/method.md sections 7 and 8), one entry each.
   auto scales = nlohmann::json::array();
   for (auto l : r.centeredLeaves) {
     const auto& leaf = r.leaves[l];

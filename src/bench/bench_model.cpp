@@ -2,12 +2,11 @@
 #include "foldnorm/bench/bench_model.h"
 
 #include "bench_model_internal.h"
+#include "device_timer.h"
 
 #include "foldnorm/common/measure.h"
 
 #include <ATen/Parallel.h>
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
 #include <unistd.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
@@ -167,38 +166,6 @@ int64_t itemsPerForward(const std::vector<InputSpec>& specs, bool seqApplies) {
 
 // ---- timing ----
 
-/// One forward per sample. CPU: wall clock around the synchronous call. CUDA: events on the
-/// current stream around it, then a synchronize (the forward only enqueues kernels).
-class ForwardTimer {
- public:
-  explicit ForwardTimer(const c10::Device& device) : device_(device) {}
-
-  double timeMs(const Forward& forward) {
-    if (!device_.is_cuda()) {
-      const auto start = std::chrono::steady_clock::now();
-      forward();
-      const auto stop = std::chrono::steady_clock::now();
-      return std::chrono::duration<double, std::milli>(stop - start).count();
-    }
-    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-    const c10::Stream stream = impl.getStream(device_);
-    c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    start.record(stream);
-    forward();
-    stop.record(stream);
-    stop.synchronize();
-    return start.elapsedTime(stop);
-  }
-
-  void settle() {
-    if (device_.is_cuda()) torch::cuda::synchronize();
-  }
-
- private:
-  c10::Device device_;
-};
-
 ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& specs, int64_t seq, bool seqApplies,
                        const BenchModelOptions& options, std::ostream& progress) {
   ModelBenchCase c;
@@ -219,7 +186,7 @@ ModelBenchCase runCase(const Runners& runners, const std::vector<InputSpec>& spe
   // Index 0 the original, 1 the folded model, 2 (with a null control) the original's second copy.
   std::vector<Forward> forwards{runners.original(inputs), runners.folded(inputs)};
   if (runners.control) forwards.push_back(runners.control(inputs));
-  ForwardTimer timer(device);
+  DeviceTimer timer(device);  // one forward per sample
 
   progress << format("[bench] %s: warm-up %d forwards of each model ...\n", label.c_str(), options.warmup)
            << std::flush;

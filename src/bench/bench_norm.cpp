@@ -3,8 +3,6 @@
 #include "foldnorm/common/measure.h"
 
 #include <ATen/Parallel.h>
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -21,6 +19,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/ops/rms_norm.h"
+#include "device_timer.h"
 
 namespace foldnorm::bench {
 namespace {
@@ -30,30 +29,30 @@ torch::Dtype parseDtype(const std::string& name) {
   if (name == "float64") return torch::kFloat64;
   if (name == "bfloat16") return torch::kBFloat16;
   if (name == "float16") return torch::kFloat16;
-  throw Error("bench-norm: unknown dtype '" + name +
-              "' (use float32, float64, bfloat16 or float16, comma-separated)");
+  throw SettingError("dtype", "unknown dtype '" + name + "' (float32, float64, bfloat16 or float16)");
 }
 
 void checkOptions(const BenchNormOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") {
-    throw Error("bench-norm: unknown device '" + o.device + "' (use cpu or cuda)");
+    throw SettingError("device", "unknown device '" + o.device + "' (cpu or cuda)");
   }
   if (o.device == "cuda" && !torch::cuda::is_available()) {
-    throw Error("bench-norm: --device cuda needs a CUDA device, but torch::cuda::is_available() "
-                "is false here; use --device cpu");
+    throw SettingError("device", "timing on cuda needs a CUDA device, but torch::cuda::is_available() "
+                                 "is false here; time on cpu");
   }
   if (o.dtypes.empty() || o.hidden.empty() || o.rows.empty()) {
-    throw Error("bench-norm: --dtype, --hidden and --rows each need at least one value");
+    const char* empty = o.dtypes.empty() ? "dtype" : o.hidden.empty() ? "hidden" : "rows";
+    throw SettingError(empty, "at least one value is needed (the shapes and dtypes timed are their product)");
   }
   for (const auto& d : o.dtypes) parseDtype(d);
   for (auto h : o.hidden) {
-    if (h <= 0) throw Error("bench-norm: --hidden values must be positive, got " + std::to_string(h));
+    if (h <= 0) throw SettingError("hidden", "row widths must be positive, got " + std::to_string(h));
   }
   for (auto r : o.rows) {
-    if (r <= 0) throw Error("bench-norm: --rows values must be positive, got " + std::to_string(r));
+    if (r <= 0) throw SettingError("rows", "row counts must be positive, got " + std::to_string(r));
   }
-  if (o.reps < 3) throw Error("bench-norm: --reps must be at least 3 for a median and spread");
-  if (o.warmup < 0) throw Error("bench-norm: --warmup must not be negative");
+  if (o.reps < 3) throw SettingError("reps", "at least 3 timed samples are needed for a median and a spread");
+  if (o.warmup < 0) throw SettingError("warmup", "the number of untimed rounds must not be negative");
 }
 
 // Fresh allocations >= 32 MiB are mmapped and page-faulted on first touch by glibc; ATen's ops
@@ -101,14 +100,13 @@ struct Variant {
   std::function<void()> run;
 };
 
-// Times one call per sample. CPU: wall clock around a synchronous call. CUDA: events on the
-// current stream, with the L2 flush (when on) done before the start event.
+// Times one call per sample (device_timer.h), with the L2 flush (when on, CUDA only) done before
+// the start event.
 class SampleTimer {
  public:
-  SampleTimer(const BenchNormOptions& options, torch::Device device) : device_(device) {
+  SampleTimer(const BenchNormOptions& options, torch::Device device) : timer_(device) {
     if (!device.is_cuda()) return;
-    flushL2_ = options.flushL2;
-    if (flushL2_) {
+    if (options.flushL2) {
       // No L2 query without CUDA headers here; 256 MiB is at least twice the L2 of every current
       // NVIDIA GPU (H100/H200: 50 MB; B200: 126 MB), as Triton's do_bench uses.
       flush_ = torch::empty({256 << 20}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
@@ -116,32 +114,15 @@ class SampleTimer {
   }
 
   double timeMs(const std::function<void()>& fn) {
-    if (!device_.is_cuda()) {
-      const auto start = std::chrono::steady_clock::now();
-      fn();
-      const auto stop = std::chrono::steady_clock::now();
-      return std::chrono::duration<double, std::milli>(stop - start).count();
-    }
-    if (flushL2_) flush_.zero_();
-    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-    const c10::Stream stream = impl.getStream(device_);
-    c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    start.record(stream);
-    fn();
-    stop.record(stream);
-    stop.synchronize();
-    return start.elapsedTime(stop);
+    if (!flush_.defined()) return timer_.timeMs(fn);
+    return timer_.timeMs(fn, [this] { flush_.zero_(); });
   }
 
-  void settle() {
-    if (device_.is_cuda()) torch::cuda::synchronize();
-  }
+  void settle() { timer_.settle(); }
 
  private:
-  torch::Device device_;
-  bool flushL2_ = false;
-  torch::Tensor flush_;
+  DeviceTimer timer_;
+  torch::Tensor flush_;  // defined when the L2 is flushed before each sample
 };
 
 BenchNormCase runCase(const BenchNormOptions& options, torch::Device device,
@@ -233,7 +214,7 @@ const VariantTiming& BenchNormCase::variant(const std::string& name) const {
 
 BenchNormReport runNormBench(const BenchNormOptions& options, std::ostream& progress) {
   checkOptions(options);
-  if (options.threads < 0) throw Error("bench-norm: --threads must not be negative (0: LibTorch's default)");
+  if (options.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
   if (options.threads > 0) at::set_num_threads(options.threads);
   const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
   const CpuIsaScope isaScope(options.cpuIsa);

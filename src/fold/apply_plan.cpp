@@ -2,23 +2,12 @@
 // untie as planned, and the inserted centerings (aten mean + sub at the planned values).
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
-#include <cstdarg>
-#include <cstdio>
 #include <functional>
 
 #include "foldnorm/fold/fold_support.h"
 #include "fold_internal.h"
 
 namespace foldnorm::fold_detail {
-
-std::string strf(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  char buffer[1024];
-  std::vsnprintf(buffer, sizeof(buffer), format, args);
-  va_end(args);
-  return buffer;
-}
 
 GraphTables tablesFor(const std::shared_ptr<jit::Graph>& graph, const TorchModel& reference) {
   GraphTables t;
@@ -141,7 +130,7 @@ void centerParameters(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, 
 /// model says where they came from (its code and our importer's source locations show it).
 void insertCenterings(const std::shared_ptr<jit::Graph>& graph, const GraphTables& tables, const ImportedModel& model,
                       const AnalysisResult& analysis, FoldReport* report) {
-  static const std::string kText = "x - x.mean(axes, keepdim=True)  # inserted by foldnorm (method.md section 8)";
+  static const std::string kText = "x - x.mean(axes, keepdim=True)  # inserted by foldnorm (docs/method.md section 8)";
   const jit::SourceRange range(std::make_shared<jit::Source>(kText, kInsertedCenteringSource, 1), 0, kText.size());
   for (const auto& ic : analysis.insertions) {
     if (!ic.inserted) continue;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "foldnorm/common/measure.h"
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/fold/fold_export.h"
 #include "foldnorm/torch/model_surgery.h"
@@ -20,9 +21,10 @@ namespace foldnorm::fold_detail {
 
 namespace jit = torch::jit;
 
-/// printf-style formatting: fmt's headers here would be LibTorch's bundled copy, whose symbols
-/// the system libfmt does not have.
-std::string strf(const char* format, ...);
+/// printf-style formatting of any length: the one printf helper, foldnorm::format
+/// (common/measure.h; fmt's headers here would be LibTorch's bundled copy, whose symbols the
+/// system libfmt does not have).
+inline constexpr auto& strf = foldnorm::format;
 
 /// Node and value tables of `graph` in the order the importer walked them, checked against the
 /// imported model's tables (same code, same inlining => same order).

@@ -44,7 +44,7 @@ at::Tensor centered64(const at::Tensor& t, const std::vector<CenterAction>& acti
     const auto axis = a.axis < 0 ? a.axis + x.dim() : a.axis;
     auto n = x.size(axis);
     if (scales[i].defined()) {
-      // x[c] -= mean_k(s_k x[k]) / s_c along the axis: s * x becomes mean-zero (method.md section 7).
+      // x[c] -= mean_k(s_k x[k]) / s_c along the axis: s * x becomes mean-zero (docs/method.md section 7).
       auto s = scales[i].to(at::kDouble).reshape({-1});
       if (s.numel() != n) throw std::logic_error("fold: the scale does not match the centered axis");
       auto moved = x.movedim(axis, -1);

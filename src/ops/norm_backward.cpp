@@ -1,13 +1,13 @@
 // rms_norm_backward / layer_norm_backward: the shared buffers (norm_backward.h) and the CPU
-// registration. The row kernels are in norm_cpu_backward_rows.h.
+// kernel (registered by norm_cpu.cpp's op table). The row kernels are in norm_cpu_backward_rows.h.
 #include "norm_backward.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
-#include <torch/library.h>
 
 #include "norm_cpu_kernels.h"
+#include "norm_op_table.h"
 
 namespace foldnorm::ops {
 namespace {
@@ -59,44 +59,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> finishNormBackward(
   return {buf.gradInput, reduce(buf.gradWeightPartial), reduce(buf.gradBiasPartial)};
 }
 
-namespace {
-
-template <NormKind kKind>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackwardCpu(
-    const at::Tensor& gradOut, const at::Tensor& input, at::IntArrayRef normalizedShape,
-    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
-    std::array<bool, 3> outputMask) {
+    NormKind kind, const at::Tensor& gradOut, const at::Tensor& input,
+    at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask) {
   NormBackwardBuffers buf =
-      prepareNormBackward(kKind, gradOut, input, normalizedShape, weight, bias, outputMask);
-  TORCH_CHECK(input.device().is_cpu(), opName(kKind), "_backward: the CPU kernel got a tensor on ",
+      prepareNormBackward(kind, gradOut, input, normalizedShape, weight, bias, outputMask);
+  TORCH_CHECK(input.device().is_cpu(), opName(kind), "_backward: the CPU kernel got a tensor on ",
               input.device());
   if (buf.shape.rows > 0 && buf.shape.cols > 0) {
     NormBackwardCpuCall call;
-    call.kind = kKind;
+    call.kind = kind;
     call.dataType = buf.x.scalar_type();
     call.paramType = buf.paramType;
-    call.gradOut = buf.gradOut.const_data_ptr();
-    call.x = buf.x.const_data_ptr();
-    call.weight = buf.weight.defined() ? buf.weight.const_data_ptr() : nullptr;
-    call.gradInput = buf.gradInput.defined() ? buf.gradInput.mutable_data_ptr() : nullptr;
-    call.gradWeightPartial =
-        buf.gradWeightPartial.defined() ? buf.gradWeightPartial.mutable_data_ptr() : nullptr;
-    call.gradBiasPartial =
-        buf.gradBiasPartial.defined() ? buf.gradBiasPartial.mutable_data_ptr() : nullptr;
-    call.rows = buf.shape.rows;
-    call.cols = buf.shape.cols;
-    call.rowsPerBlock = buf.rowsPerBlock;
-    call.eps = eps;
+    describeBackwardRows(call, buf, eps);
     runNormBackwardCpu(call);
   }
   return finishNormBackward(buf, normalizedShape);
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(foldnorm, CPU, m) {
-  m.impl("rms_norm_backward", &normBackwardCpu<NormKind::kRms>);
-  m.impl("layer_norm_backward", &normBackwardCpu<NormKind::kLayer>);
 }
 
 }  // namespace foldnorm::ops

@@ -35,4 +35,10 @@ NormBackwardBuffers prepareNormBackward(NormKind kind, const at::Tensor& gradOut
 std::tuple<at::Tensor, at::Tensor, at::Tensor> finishNormBackward(
     const NormBackwardBuffers& buffers, at::IntArrayRef normalizedShape);
 
+/// The CPU kernel of both backward ops (norm_backward.cpp; registered by norm_cpu.cpp).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackwardCpu(
+    NormKind kind, const at::Tensor& gradOut, const at::Tensor& input,
+    at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask);
+
 }  // namespace foldnorm::ops

@@ -1,5 +1,5 @@
 // CPU implementation of foldnorm::rms_norm / foldnorm::layer_norm (+ .out): argument checks,
-// contiguity, the choice of instruction set, and the dispatcher registration.
+// contiguity, the choice of instruction set, and the CPU column of the op table (norm_op_table.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Context.h>
@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <array>
 #include <atomic>
 #include <string>
 #include <tuple>
@@ -14,6 +15,7 @@
 #include "foldnorm/ops/rms_norm.h"
 #include "norm_common.h"
 #include "norm_cpu_kernels.h"
+#include "norm_op_table.h"
 
 namespace foldnorm::ops {
 namespace {
@@ -74,115 +76,55 @@ at::Tensor kernelParameter(const at::Tensor& x, const NormShape& shape,
   return p;
 }
 
-at::Tensor& normCpuOut(NormKind kind, const at::Tensor& input, at::IntArrayRef normalizedShape,
+// The CPU column of the op table (norm_op_table.h); the backward is norm_backward.cpp's.
+struct CpuKernels {
+  static constexpr const char* kName = "CPU";
+  static bool holds(const at::Tensor& input) { return input.device().is_cpu(); }
+
+  static void normRows(NormKind kind, const NormShape& shape, const at::Tensor& input,
                        const std::optional<at::Tensor>& weight,
                        const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
-  const NormShape shape = checkNormInputs(kind, input, normalizedShape, weight, bias);
-  prepareNormOut(kind, input, out);
-  TORCH_CHECK(input.device().is_cpu(), opName(kind), ": the CPU kernel got a tensor on ",
-              input.device());
-  if (shape.rows == 0 || shape.cols == 0) return out;
-  const at::Tensor x = input.contiguous();
-  paramTypeOf(opName(kind), x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()));
-  const at::Tensor w = kernelParameter(x, shape, weight);
-  const at::Tensor b = kernelParameter(x, shape, bias);
+    const at::Tensor x = input.contiguous();
+    paramTypeOf(opName(kind), x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()));
+    const at::Tensor w = kernelParameter(x, shape, weight);
+    const at::Tensor b = kernelParameter(x, shape, bias);
 
-  NormCpuCall call;
-  call.kind = kind;
-  call.dataType = x.scalar_type();
-  call.paramType = paramTypeOf(opName(kind), x, w, b);  // after widening (checked above)
-  call.x = x.const_data_ptr();
-  call.weight = w.defined() ? w.const_data_ptr() : nullptr;
-  call.bias = b.defined() ? b.const_data_ptr() : nullptr;
-  call.y = out.mutable_data_ptr();
-  call.rows = shape.rows;
-  call.cols = shape.cols;
-  call.eps = eps;
-  runNormCpu(call);
-  return out;
-}
+    NormCpuCall call;
+    call.kind = kind;
+    call.dataType = x.scalar_type();
+    call.paramType = paramTypeOf(opName(kind), x, w, b);  // after widening (checked above)
+    describeRows(call, shape, x, w, b, out, eps);
+    runNormCpu(call);
+  }
 
-at::Tensor normCpu(NormKind kind, const at::Tensor& input, at::IntArrayRef normalizedShape,
-                   const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                   double eps) {
-  // Check before allocating so that a bad call reports its arguments, not an allocation.
-  checkNormInputs(kind, input, normalizedShape, weight, bias);
-  at::Tensor out = emptyNormOutput(input);
-  return normCpuOut(kind, input, normalizedShape, weight, bias, eps, out);
-}
+  static void addRmsNormRows(const NormShape& shape, const at::Tensor& input,
+                             const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                             const std::optional<at::Tensor>& bias, double eps, at::Tensor& out,
+                             at::Tensor& sum) {
+    // Non-contiguous operands are copied once; the kernel reads rows at any alignment.
+    const at::Tensor x = input.contiguous();
+    const at::Tensor r = residual.contiguous();
+    paramTypeOf(kAddRmsNormName, x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()));
+    const at::Tensor w = kernelParameter(x, shape, weight);
+    const at::Tensor b = kernelParameter(x, shape, bias);
 
-at::Tensor rmsNormCpu(const at::Tensor& input, at::IntArrayRef normalizedShape,
-                      const std::optional<at::Tensor>& weight,
-                      const std::optional<at::Tensor>& bias, double eps) {
-  return normCpu(NormKind::kRms, input, normalizedShape, weight, bias, eps);
-}
+    NormCpuCall call;
+    call.kind = NormKind::kRms;
+    call.dataType = x.scalar_type();
+    call.paramType = paramTypeOf(kAddRmsNormName, x, w, b);  // after widening
+    describeRows(call, shape, x, w, b, out, eps);
+    call.residual = r.const_data_ptr();
+    call.sum = sum.mutable_data_ptr();
+    runNormCpu(call);
+  }
 
-at::Tensor& rmsNormCpuOut(const at::Tensor& input, at::IntArrayRef normalizedShape,
-                          const std::optional<at::Tensor>& weight,
-                          const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
-  return normCpuOut(NormKind::kRms, input, normalizedShape, weight, bias, eps, out);
-}
-
-at::Tensor layerNormCpu(const at::Tensor& input, at::IntArrayRef normalizedShape,
-                        const std::optional<at::Tensor>& weight,
-                        const std::optional<at::Tensor>& bias, double eps) {
-  return normCpu(NormKind::kLayer, input, normalizedShape, weight, bias, eps);
-}
-
-at::Tensor& layerNormCpuOut(const at::Tensor& input, at::IntArrayRef normalizedShape,
-                            const std::optional<at::Tensor>& weight,
-                            const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
-  return normCpuOut(NormKind::kLayer, input, normalizedShape, weight, bias, eps, out);
-}
-
-std::tuple<at::Tensor&, at::Tensor&> addRmsNormCpuOut(const at::Tensor& input,
-                                                      const at::Tensor& residual,
-                                                      at::IntArrayRef normalizedShape,
-                                                      const std::optional<at::Tensor>& weight,
-                                                      const std::optional<at::Tensor>& bias,
-                                                      double eps, at::Tensor& out,
-                                                      at::Tensor& sum) {
-  const NormShape shape = checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  prepareAddNormOut(input, residual, out, sum);
-  TORCH_CHECK(input.device().is_cpu(), kAddRmsNormName, ": the CPU kernel got a tensor on ",
-              input.device());
-  if (shape.rows == 0 || shape.cols == 0) return {out, sum};
-  // Non-contiguous operands are copied once; the kernel reads rows at any alignment.
-  const at::Tensor x = input.contiguous();
-  const at::Tensor r = residual.contiguous();
-  paramTypeOf(kAddRmsNormName, x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()));
-  const at::Tensor w = kernelParameter(x, shape, weight);
-  const at::Tensor b = kernelParameter(x, shape, bias);
-
-  NormCpuCall call;
-  call.kind = NormKind::kRms;
-  call.dataType = x.scalar_type();
-  call.paramType = paramTypeOf(kAddRmsNormName, x, w, b);  // after widening
-  call.x = x.const_data_ptr();
-  call.residual = r.const_data_ptr();
-  call.weight = w.defined() ? w.const_data_ptr() : nullptr;
-  call.bias = b.defined() ? b.const_data_ptr() : nullptr;
-  call.y = out.mutable_data_ptr();
-  call.sum = sum.mutable_data_ptr();
-  call.rows = shape.rows;
-  call.cols = shape.cols;
-  call.eps = eps;
-  runNormCpu(call);
-  return {out, sum};
-}
-
-std::tuple<at::Tensor, at::Tensor> addRmsNormCpu(const at::Tensor& input,
-                                                 const at::Tensor& residual,
-                                                 at::IntArrayRef normalizedShape,
-                                                 const std::optional<at::Tensor>& weight,
-                                                 const std::optional<at::Tensor>& bias,
-                                                 double eps) {
-  checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  at::Tensor out = emptyNormOutput(input);
-  at::Tensor sum = emptyNormOutput(input);
-  addRmsNormCpuOut(input, residual, normalizedShape, weight, bias, eps, out, sum);
-  return {out, sum};
-}
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackward(
+      NormKind kind, const at::Tensor& gradOut, const at::Tensor& input,
+      at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
+      const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask) {
+    return normBackwardCpu(kind, gradOut, input, normalizedShape, weight, bias, eps, outputMask);
+  }
+};
 
 }  // namespace
 
@@ -212,13 +154,6 @@ const char* toString(CpuKernelIsa isa) {
   return isa == CpuKernelIsa::kAvx2 ? "avx2" : "portable";
 }
 
-TORCH_LIBRARY_IMPL(foldnorm, CPU, m) {
-  m.impl("rms_norm", &rmsNormCpu);
-  m.impl("rms_norm.out", &rmsNormCpuOut);
-  m.impl("layer_norm", &layerNormCpu);
-  m.impl("layer_norm.out", &layerNormCpuOut);
-  m.impl("add_rms_norm", &addRmsNormCpu);
-  m.impl("add_rms_norm.out", &addRmsNormCpuOut);
-}
+TORCH_LIBRARY_IMPL(foldnorm, CPU, m) { NormOpTable<CpuKernels>::registerKernels(m); }
 
 }  // namespace foldnorm::ops

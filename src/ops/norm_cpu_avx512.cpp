@@ -25,10 +25,20 @@
 // Everything else (float32/float64, LayerNorm, 16-bit parameters on few rows) is the AVX2 kernel.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// GCC 12's AVX-512 intrinsics build their "undefined" pass-through operand from a variable
+// initialised with itself (`__m512 __Y = __Y;` in _mm512_undefined_ps and its kin), and
+// -Wmaybe-uninitialized then reports `__Y` at every inlined use, about a thousand times in this
+// file (GCC bug 105593, fixed in GCC 13). The value is never read: the intrinsics pass an all-ones
+// mask. The warning is turned off for the intrinsic headers only (it is reported at their lines),
+// not for this file's own code. c10's headers come inside too: they may include <immintrin.h>
+// first.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #if AT_PARALLEL_OPENMP && !defined(_OPENMP) && !defined(FOLDNORM_SERIAL_CPU_KERNELS)
 #error "compile the norm kernel TUs with OpenMP (-fopenmp), or at::parallel_for runs serially"

@@ -8,59 +8,35 @@
 #include <tuple>
 
 #include "norm_common.h"
+#include "norm_op_table.h"
 
 namespace foldnorm::ops {
 namespace {
 
-template <NormKind kKind>
-at::Tensor normMeta(const at::Tensor& input, at::IntArrayRef normalizedShape,
-                    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                    double eps) {
-  checkNormInputs(kKind, input, normalizedShape, weight, bias);
-  return emptyNormOutput(input);
-}
+// The Meta column of the op table (norm_op_table.h): the checks and the outputs' shapes only.
+struct MetaKernels {
+  static constexpr const char* kName = "Meta";
+  static bool holds(const at::Tensor&) { return true; }  // the dispatcher sent it here
+  static void normRows(NormKind, const NormShape&, const at::Tensor&,
+                       const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, double,
+                       at::Tensor&) {}
+  static void addRmsNormRows(const NormShape&, const at::Tensor&, const at::Tensor&,
+                             const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                             double, at::Tensor&, at::Tensor&) {}
 
-template <NormKind kKind>
-at::Tensor& normMetaOut(const at::Tensor& input, at::IntArrayRef normalizedShape,
-                        const std::optional<at::Tensor>& weight,
-                        const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
-  checkNormInputs(kKind, input, normalizedShape, weight, bias);
-  prepareNormOut(kKind, input, out);
-  return out;
-}
-
-std::tuple<at::Tensor, at::Tensor> addRmsNormMeta(const at::Tensor& input,
-                                                  const at::Tensor& residual,
-                                                  at::IntArrayRef normalizedShape,
-                                                  const std::optional<at::Tensor>& weight,
-                                                  const std::optional<at::Tensor>& bias,
-                                                  double eps) {
-  checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  return {emptyNormOutput(input), emptyNormOutput(input)};
-}
-
-std::tuple<at::Tensor&, at::Tensor&> addRmsNormMetaOut(
-    const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalizedShape,
-    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
-    at::Tensor& out, at::Tensor& sum) {
-  checkAddNormInputs(input, residual, normalizedShape, weight, bias);
-  prepareAddNormOut(input, residual, out, sum);
-  return {out, sum};
-}
-
-template <NormKind kKind>
-std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackwardMeta(
-    const at::Tensor& gradOut, const at::Tensor& input, at::IntArrayRef normalizedShape,
-    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
-    std::array<bool, 3> outputMask) {
-  checkNormBackwardInputs(kKind, gradOut, input, normalizedShape, weight, bias);
-  const at::Tensor w = weight ? *weight : at::Tensor();
-  const at::Tensor b = bias ? *bias : at::Tensor();
-  const auto paramOptions = input.options().dtype(paramTypeOf(opName(kKind), input, w, b));
-  return {outputMask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor(),
-          outputMask[1] && w.defined() ? at::empty(normalizedShape, paramOptions) : at::Tensor(),
-          outputMask[2] && b.defined() ? at::empty(normalizedShape, paramOptions) : at::Tensor()};
-}
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> normBackward(
+      NormKind kind, const at::Tensor& gradOut, const at::Tensor& input,
+      at::IntArrayRef normalizedShape, const std::optional<at::Tensor>& weight,
+      const std::optional<at::Tensor>& bias, double eps, std::array<bool, 3> outputMask) {
+    checkNormBackwardInputs(kind, gradOut, input, normalizedShape, weight, bias);
+    const at::Tensor w = weight ? *weight : at::Tensor();
+    const at::Tensor b = bias ? *bias : at::Tensor();
+    const auto paramOptions = input.options().dtype(paramTypeOf(opName(kind), input, w, b));
+    return {outputMask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor(),
+            outputMask[1] && w.defined() ? at::empty(normalizedShape, paramOptions) : at::Tensor(),
+            outputMask[2] && b.defined() ? at::empty(normalizedShape, paramOptions) : at::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -88,15 +64,6 @@ TORCH_LIBRARY(foldnorm, m) {
         "Tensor? weight, Tensor? bias, float eps, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(foldnorm, Meta, m) {
-  m.impl("rms_norm", &normMeta<NormKind::kRms>);
-  m.impl("rms_norm.out", &normMetaOut<NormKind::kRms>);
-  m.impl("layer_norm", &normMeta<NormKind::kLayer>);
-  m.impl("layer_norm.out", &normMetaOut<NormKind::kLayer>);
-  m.impl("add_rms_norm", &addRmsNormMeta);
-  m.impl("add_rms_norm.out", &addRmsNormMetaOut);
-  m.impl("rms_norm_backward", &normBackwardMeta<NormKind::kRms>);
-  m.impl("layer_norm_backward", &normBackwardMeta<NormKind::kLayer>);
-}
+TORCH_LIBRARY_IMPL(foldnorm, Meta, m) { NormOpTable<MetaKernels>::registerKernels(m); }
 
 }  // namespace foldnorm::ops

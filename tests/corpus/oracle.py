@@ -2,7 +2,7 @@
 
 - FOLD: the JSON plan is applied by parameter name to a float64 copy of the eager model (centering
   along the plan's axis and groups, exactly as src/fold/fold.cpp does; a scaled centering reads its
-  scale parameter, method.md section 7; untie gives the other names of that storage their own copy
+  scale parameter, docs/method.md section 7; untie gives the other names of that storage their own copy
   first), every inserted centering of the JSON becomes a forward hook on the module whose output it
   centers (section 8), the foldable LNs compute RMSNorm, and every output must agree with the
   unchanged float64 model within EXACT_REL (max|diff| / max|orig|), on every input set.

@@ -62,7 +62,7 @@ class Unsafe(PreLN):
 
 
 class Scaled(PreLN):
-    """emb -> x + gamma * fc(ln1(x)) -> ln2 -> head: LayerScale after fc (method.md section 7)."""
+    """emb -> x + gamma * fc(ln1(x)) -> ln2 -> head: LayerScale after fc (docs/method.md section 7)."""
 
     def __init__(self):
         super().__init__()
@@ -182,7 +182,7 @@ def main():
         expect("an LN missing from the analysis is caught", False)
     except oracle.OracleError as e:
         expect(f"an LN missing from the analysis is caught ({e})", "calls F.layer_norm 2 times" in str(e))
-    # Scaled centering (method.md section 7): the plan's actions name the scale they center under.
+    # Scaled centering (docs/method.md section 7): the plan's actions name the scale they center under.
     scaled = [dict(p, center=[dict(a, scale="gamma") for a in p["center"]]) if p["parameter"].startswith("fc.")
               else p for p in PLAN]
     scaled_analysis = dict(both, plan=scaled)

@@ -10,7 +10,7 @@ Version tolerance: kwargs that changed name between timm 0.9 and 1.0 are given a
 every branch a near-zero addend, so a wrong fold of the branch would hardly show in the outputs),
 and near-zero token/position inits (timm's std 1e-6 class tokens) get std 0.02, before `prepare`.
 
-Each docstring says what the method (/work/shared/method.md) predicts, read from timm's code:
+Each docstring says what the method (docs/method.md) predicts, read from timm's code:
 "predict k of n" counts the LayerNorm modules (aten::layer_norm, incl. timm's LayerNorm2d) that
 the full method folds exactly; GroupNorms and Affine "norms" are named apart.
 """

@@ -37,10 +37,10 @@ struct AnalysisOptions {
   bool allowUntie = true;           // false: a tied/shared parameter is never copied
   std::vector<std::string> only;    // if non-empty: fold only LNs whose module path is listed
   /// Absorb a per-channel scale after a weight leaf (gamma * (W h + b)) by centering the scaled
-  /// map (method.md section 7); false: such LNs keep with reason turned-off.
+  /// map (docs/method.md section 7); false: such LNs keep with reason turned-off.
   bool scaleAbsorb = true;
   /// Insert one x - x.mean(axis) where a stream starts at a value no parameter centering makes
-  /// mean-zero, when that frees at least two LNs (method.md section 8).
+  /// mean-zero, when that frees at least two LNs (docs/method.md section 8).
   bool insertCentering = true;
 };
 
@@ -113,7 +113,7 @@ struct ParameterPlan {
   int64_t untieBytes = 0;
 };
 
-/// One inserted centering the analysis considered (method.md section 8): x - x.mean(axes,
+/// One inserted centering the analysis considered (docs/method.md section 8): x - x.mean(axes,
 /// keepdim) at `value`, the output of node `after`. Inserted when the shift walk from there ends
 /// in absorbers and it frees at least two LNs; otherwise refused, with why.
 struct InsertedCentering {

@@ -79,7 +79,7 @@ std::ostream& operator<<(std::ostream& os, const AxisFactor& f);
 /// How a parameter is centered: subtract its mean along `axis`, separately within each of
 /// `groups` equal blocks of that axis (grouped convolutions), in float64, cast back.
 /// With a `scale` (a per-channel vector s of that axis' length, read unchanged) the scaled map
-/// is centered instead (method.md section 7): x[c] -= mean_k(s_k x[k]) / s_c, so that s * x is
+/// is centered instead (docs/method.md section 7): x[c] -= mean_k(s_k x[k]) / s_c, so that s * x is
 /// mean-zero along the axis (groups is then 1).
 struct CenterAction {
   ParamId param = kNone;

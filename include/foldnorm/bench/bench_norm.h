@@ -80,7 +80,7 @@ inline constexpr const char* kAtenRmsVariant = "aten::rms_norm";
 inline constexpr const char* kOursAddRmsVariant = "foldnorm::add_rms_norm";
 inline constexpr const char* kAtenAddOursRmsVariant = "aten::add+foldnorm::rms_norm";
 inline constexpr const char* kAtenAddLayerVariant = "aten::add+aten::layer_norm";
-// What the fold writes for an inserted centering (method.md section 8): x - x.mean(-1, keepdim).
+// What the fold writes for an inserted centering (docs/method.md section 8): x - x.mean(-1, keepdim).
 inline constexpr const char* kAtenCenterVariant = "aten::mean+sub (centering)";
 
 /// Checks the options (throws foldnorm::Error naming the bad one) and runs every shape;

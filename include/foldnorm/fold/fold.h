@@ -133,7 +133,7 @@ struct FoldReport {
   std::vector<std::string> keptReasons;
   std::vector<std::string> centered;   // parameter paths changed
   std::vector<std::string> untied;     // parameter paths copied for the centered side
-  std::vector<std::string> inserted;   // inserted centerings, described (method.md section 8)
+  std::vector<std::string> inserted;   // inserted centerings, described (docs/method.md section 8)
   int64_t untieBytes = 0;
   int fusedAddNorms = 0;               // aten::add + rms_norm pairs now one foldnorm::add_rms_norm
   RmsOp rmsOp = RmsOp::Foldnorm;       // what the folded LNs became (both kinds: .pt and .pt2)

@@ -41,7 +41,7 @@ enum class NodeRole {
   Leaf,               // a leaf the fold centers (ln: view: the LN's own leaves)
   Breaker,            // the node that breaks mean-zero for a non-foldable LN
   UnsafeConsumer,     // sees the shift of a centered leaf, so that leaf may not be centered
-  AbsorbedScale,      // a per-channel scale the fold absorbs (scaled centering, method.md section 7)
+  AbsorbedScale,      // a per-channel scale the fold absorbs (scaled centering, docs/method.md section 7)
   InsertedCentering,  // the fold inserts x - mean(x) after this node's output (section 8)
   ModuleAllFoldable,  // a collapsed module whose LNs all fold
   ModuleSomeFoldable,

@@ -1,5 +1,5 @@
 // The paper's training-time form: column-based weight centering (CBWC) and the RMSNorm that
-// replaces LayerNorm behind it (method.md section 2).
+// replaces LayerNorm behind it (docs/method.md section 2).
 //
 //   Before:  y = x W^T + b            -> LayerNorm(y)
 //   After:   y = x V^T + c            -> RMSNorm(y)
@@ -56,7 +56,7 @@ class CBWCLinearImpl : public torch::nn::Cloneable<CBWCLinearImpl> {
 TORCH_MODULE(CBWCLinear);
 
 /// An embedding whose table rows are centered over the features on every forward. A lookup is a
-/// linear map of a one-hot vector, and its "columns" are the table rows (method.md section 2).
+/// linear map of a one-hot vector, and its "columns" are the table rows (docs/method.md section 2).
 class CBWCEmbeddingImpl : public torch::nn::Cloneable<CBWCEmbeddingImpl> {
  public:
   CBWCEmbeddingImpl(int64_t numEmbeddings, int64_t embeddingDim);

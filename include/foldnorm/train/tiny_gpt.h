@@ -10,7 +10,7 @@
 //
 // Layers that do not write into the stream (qkv, MLP input, head) stay plain Linear: their
 // outputs feed attention, GELU or the loss, never a norm. The head is untied from the token
-// embedding: a tied head would read the centered table (method.md section 4).
+// embedding: a tied head would read the centered table (docs/method.md section 4).
 //
 // Dropout (p = config.dropout, training mode only) sits where GPT-2 has it: after the embedding
 // sum, on the attention probabilities and on each branch output before the residual add. The

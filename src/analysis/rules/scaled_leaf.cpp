@@ -1,4 +1,4 @@
-// The scaled leaf (method.md section 7, issue 14): a weight leaf followed by a per-channel scale,
+// The scaled leaf (docs/method.md section 7, issue 14): a weight leaf followed by a per-channel scale,
 // y = gamma * (W h + b) (LayerScale in BEiT, DINOv2, DeiT-III, CaiT, ConvNeXt). Centering W and b
 // alone leaves gamma * (W h + b) with a non-zero mean; centering the scaled map instead,
 //   W'[c,:] = W[c,:] - mean_k(gamma_k W[k,:]) / gamma_c,   b'_c = b_c - mean_k(gamma_k b_k) / gamma_c,

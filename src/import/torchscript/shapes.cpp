@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/setting_error.h"
 #include "steps.h"
 
 namespace foldnorm::torchscript {
@@ -18,14 +19,14 @@ void checkInputSpecs(const Graph& g, const std::vector<InputSpec>& specs) {
                   v.typeName + "; foldnorm feeds tensors only");
   }
   if (specs.empty() && !modelInputs.empty())
-    throw Error("no input spec: the model carries none (extra file " +
-                std::string(kInputSpecExtraFile) + "); give one --input per model input (" +
-                std::to_string(modelInputs.size()) + "), e.g. --input 2x16:int64[0,1000)");
+    throw SettingError("input", "no input spec: the model carries none (extra file " +
+                                    std::string(kInputSpecExtraFile) + "); give one spec per model input (" +
+                                    std::to_string(modelInputs.size()) + "), e.g. 2x16:int64[0,1000)");
   if (specs.size() != modelInputs.size()) {
     std::string names;
     for (auto v : modelInputs) names += (names.empty() ? "" : ", ") + g.value(v).name;
-    throw Error("the model takes " + std::to_string(modelInputs.size()) + " input(s) (" + names +
-                ") but " + std::to_string(specs.size()) + " input spec(s) were given");
+    throw SettingError("input", "the model takes " + std::to_string(modelInputs.size()) + " input(s) (" + names +
+                                    ") but " + std::to_string(specs.size()) + " input spec(s) were given");
   }
 }
 
