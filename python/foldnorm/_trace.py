@@ -157,6 +157,24 @@ def save_with_specs(module: torch.jit.ScriptModule, specs: List[str], folder: st
     return path
 
 
+@contextlib.contextmanager
+def as_file(model: Union[str, os.PathLike, torch.jit.ScriptModule, nn.Module],
+            example_inputs: Optional[ExampleInputs]) -> Iterator[Tuple[str, List[str], List[str]]]:
+    """(path, input specs, output names) of a path, a ScriptModule or an eager module (traced:
+    what the checkpoint planner reads), with files made here living for the block only. The
+    public calls use read_model, which exports first."""
+    if isinstance(model, (str, os.PathLike)):
+        yield os.fspath(model), (Inputs(example_inputs).specs() if example_inputs is not None else []), []
+        return
+    inputs = Inputs(example_inputs)
+    with tempfile.TemporaryDirectory(prefix="foldnorm-") as folder:
+        if isinstance(model, torch.jit.ScriptModule):
+            yield save_with_specs(model, inputs.specs(), folder), inputs.specs(), []
+        else:
+            traced, names = trace(model, inputs)
+            yield save_with_specs(traced, inputs.specs(), folder), inputs.specs(), names
+
+
 def read_model(model: Union[str, os.PathLike, torch.jit.ScriptModule, nn.Module],
                example_inputs: Optional[ExampleInputs], read: Callable[[str, List[str]], Any], *,
                export_first: bool = True) -> Tuple[Any, List[str], str]:
