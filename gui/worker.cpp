@@ -4,14 +4,6 @@
 #include "foldnorm/common/error.h"
 
 namespace foldnorm::gui {
-namespace {
-// Torch's errors (c10::Error, a std::exception) carry a C++ backtrace after the first line;
-// people get the message only.
-std::string firstLine(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-}  // namespace
 
 Worker::Worker(std::string name, std::function<void()> wake)
     : name_(std::move(name)), wake_(std::move(wake)), thread_([this] { loop(); }) {}
@@ -83,7 +75,8 @@ void Worker::loop() {
     try {
       completion = job.second(progress);
     } catch (const std::exception& e) {
-      std::string what = job.first + ": " + firstLine(e.what());
+      // Torch's errors carry a C++ backtrace, or the interpreter's frames before their cause.
+      std::string what = job.first + ": " + errorCause(e.what());
       completion = [what](App& app) { app.ui.errorMessage = what; };
     }
     {

@@ -12,7 +12,9 @@
 #       ./build-vendor (ignored by git, so it travels only when carried). --vendor-only ignores
 #       system packages even where they exist (to test the carried copies on the dev machine).
 #       Without a usable CUDA device the GPU steps are skipped (said in summary.txt) and the
-#       CPU parts still run.
+#       CPU parts still run (tiny models: what CI runs, tests/CMakeLists.txt gpu_check_cpu_mode).
+#   scripts/gpu-check.sh --reuse-build DIR ...
+#       Skip configure and build: run the steps with the binaries already in DIR.
 #
 # Everything is time-boxed: each step gets a timeout and the whole run stops starting steps when
 # --budget (default 560 s, for a 10-minute slot with time to copy results back) is spent.
@@ -22,6 +24,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 vendor_dir=$repo/build-vendor
 build_dir=$repo/build-gpu
 vendor_only=OFF
+reuse=0
 budget=560
 python=${FOLDNORM_PYTHON:-python3}
 
@@ -67,17 +70,24 @@ while [[ $# -gt 0 ]]; do
     --vendor-dir) vendor_dir=$(cd "$2" 2>/dev/null && pwd) || die "no folder $2"; shift 2 ;;
     --vendor-only) vendor_only=ON; shift ;;
     --build) build_dir=$2; shift 2 ;;
+    --reuse-build) build_dir=$(cd "$2" 2>/dev/null && pwd) || die "no folder $2"; reuse=1; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
 
-out=${OUT:-$PWD/gpu-results}
+# Results: every log and table in $out/gpu-results/, packed at the end (and on any exit) into
+# $out/gpu-results.tar.gz beside a copy of summary.txt: the device tool brings back at most 8
+# files from $OUT, and a run leaves dozens.
+top=${OUT:-$PWD}
+out=$top/gpu-results
 mkdir -p "$out" || die "cannot create $out"
 summary=$out/summary.txt
 : >"$summary"
 start=$(date +%s)
+pack() { tar -C "$top" -czf "$top/gpu-results.tar.gz" gpu-results 2>/dev/null; cp "$summary" "$top/summary.txt" 2>/dev/null; }
+trap pack EXIT
 note() { echo "$*" | tee -a "$summary"; }
 remaining() { echo $(( budget - ($(date +%s) - start) )); }
 
@@ -137,41 +147,55 @@ if (( cuda )); then
   [[ $cap =~ ^[0-9]+\.[0-9]+$ ]] && arch_args=(-DCMAKE_CUDA_ARCHITECTURES="${cap/./}" -DTORCH_CUDA_ARCH_LIST="$cap")
 fi
 [[ -d $vendor_dir/include ]] || note "no carried headers in $vendor_dir: relying on system packages (make them with --vendor DIR)"
+if (( reuse )); then
+  note "reusing the build in $build_dir (no configure, no build)"
+else
 step configure 180 cmake -S "$repo" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DFOLDNORM_PYTHON="$python" -DFOLDNORM_GUI=OFF -DFOLDNORM_RENDER=OFF \
   -DFOLDNORM_VENDOR_DIR="$vendor_dir" -DFOLDNORM_VENDOR_ONLY=$vendor_only "${arch_args[@]}" \
   || { note "configure failed: nothing else can run"; exit 1; }
-step build 420 cmake --build "$build_dir" -j "$(nproc)" --target foldnorm foldnorm_tests e2e_speed \
+step build 420 cmake --build "$build_dir" -j "$(nproc)" --target foldnorm e2e_speed foldnorm_ops \
   || { note "build failed: nothing else can run"; exit 1; }
+fi
 bin=$build_dir/bin
 
-# ---- tests: the kernels (CPU vs float64, errors; the CUDA test skips itself without a GPU) and
-# the bench harness ----
-# ("[ops]" includes the fused add_rms_norm ([fused]) and the gradients ([backward]) on both devices.)
-step tests-ops 150 "$bin/foldnorm_tests" "[ops]" --durations yes
-step tests-bench 120 "$bin/foldnorm_tests" "[bench]" --durations yes
-# The fold's fused residual add (CPU: counts, float64 check, the unfused fold's bits; in-process
-# models only, so it needs no Python fixtures).
-step tests-fold-fused 120 "$bin/foldnorm_tests" "[fold][fused]~[python]" --durations yes
-# torch.autograd.gradcheck in float64 through the ops, on the GPU too when there is one.
+# ---- correctness first: the kernels against float64 (gradcheck through the ops, on the GPU too) ----
 step python-gradcheck 90 "$python" "$repo/tests/python/test_ops_grad.py" "$build_dir/lib/libfoldnorm_ops.so"
 
-# ---- zoo models (traced here, in seconds) ----
+# ---- zoo models (traced here, in seconds), each folded and verified on the device ----
+# A CPU trace names the CPU in its constants (devices, `device=None` factories): the fold's
+# verification retargets both models to the GPU (issue 28); GPT-2 and OPT failed here before.
 models=$build_dir/gpu-models
 mkdir -p "$models"
 declare -A seqs
 if (( cuda )); then
-  zoo=("gpt2 small" "bert base" "opt 125m")
-  # Up to each model's position table: GPT-2 1024, BERT 512, OPT 2048.
-  seqs=([gpt2]=128,512,1024 [bert]=128,512 [opt]=128,512,2048)
+  zoo=("gpt2 small" "opt 125m" "vit b_16" "bert base" "gpt2 medium" "phi phi-2")
+  # Up to each model's position table: GPT-2 1024, BERT 512, OPT 2048; ViT has one length.
+  seqs=([gpt2]=128,512,1024 [bert]=128,512 [opt]=128,512,2048 [vit]=197 [phi]=128,512,2048)
+  device=cuda
 else
-  zoo=("gpt2 small")
-  seqs=([gpt2]=32,128)
+  zoo=("gpt2 tiny" "opt tiny")
+  seqs=([gpt2]=32 [opt]=32)
+  device=cpu
 fi
 for entry in "${zoo[@]}"; do
   read -r name preset <<<"$entry"
-  step "zoo-$name-$preset" 90 "$bin/foldnorm" zoo "$name" --preset "$preset" -o "$models/$name-$preset.pt"
+  step "zoo-$name-$preset" 120 "$bin/foldnorm" zoo "$name" --preset "$preset" -o "$models/$name-$preset.pt" || continue
+  step "fold-$name-$preset-$device" 150 "$bin/foldnorm" fold "$models/$name-$preset.pt" \
+    -o "$models/$name-$preset-folded.pt" --device "$device" --random 1 --json
 done
+
+# ---- end to end where folding matters: original vs folded (+ fused), float32 and bfloat16 ----
+if (( cuda )); then
+  for dtype in float32 bfloat16; do
+    step "e2e-cuda-$dtype-b8" 150 "$bin/e2e_speed" --device cuda --dtype "$dtype" --fuse both --batch 8 \
+      --models gpt2:small,opt:125m,vit:b_16,bert:base --seq 128,512 --warmup 10 --reps 15 \
+      --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-$dtype-b8.md" --data "$out/e2e_cuda_${dtype}_b8.dat"
+  done
+  step e2e-cuda-bfloat16-b1 150 "$bin/e2e_speed" --device cuda --dtype bfloat16 --fuse both --batch 1 \
+    --models gpt2:small,gpt2:medium,opt:125m,phi:phi-2 --seq 128,1024 --warmup 10 --reps 15 \
+    --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-bfloat16-b1.md" --data "$out/e2e_cuda_bfloat16_b1.dat"
+fi
 
 # ---- kernels: ours vs aten, interleaved ----
 if (( cuda )); then
@@ -197,20 +221,7 @@ step bench-norm-cpu-16bit 120 "$bin/foldnorm" bench-norm --device cpu --dtype fl
   --hidden 768,4096,8192 --rows 8192 --reps $(( cuda ? 21 : 5 ))
 table bench-norm-cpu-16bit
 
-# ---- original vs folded vs folded + fused (each add -> norm pair one add_rms_norm), end to end ----
-if (( cuda )); then
-  step e2e-cuda-fused 200 "$bin/e2e_speed" --device cuda --dtype float32 --fuse both --batch 8 \
-    --models gpt2:small,bert:base,opt:125m --seq 128,512 --warmup 10 --reps 15 \
-    --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda.md" --data "$out/e2e_cuda.dat"
-  # BERT's sequence sweep to 16k tokens (issue 16 item 4): base with a 16384-row position table,
-  # batch 1, every length to 16384 (attention is quadratic: the norms' share shrinks with length).
-  step e2e-cuda-bert-16k 240 "$bin/e2e_speed" --device cuda --dtype float32 --fuse both --batch 1 \
-    --models bert:base-16k --seq 512,1024,2048,4096,8192,16384 --warmup 3 --reps 10 \
-    --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-bert-16k.md" --data "$out/e2e_cuda_bert_16k.dat"
-  # The fused fold verified on the GPU (float32 and float64 there).
-  [[ -f $models/gpt2-small.pt ]] && step fold-gpt2-cuda 120 "$bin/foldnorm" fold "$models/gpt2-small.pt" \
-    -o "$models/gpt2-small-folded.pt" --device cuda --json
-else
+if (( ! cuda )); then
   step e2e-cpu-fused 200 "$bin/e2e_speed" --device cpu --fuse both --models gpt2:tiny,bert:tiny,opt:tiny \
     --seq 32 --warmup 2 --reps 3 --case-seconds 0 --layouts 1 --out "$out/e2e-cpu-tiny.md" --data "$out/e2e_cpu_tiny.dat"
 fi
@@ -221,11 +232,11 @@ for entry in "${zoo[@]}"; do
   model=$models/$name-$preset.pt
   [[ -f $model ]] || { note "[skip] bench $name-$preset: the zoo step made no model"; continue; }
   if (( cuda )); then
-    for dtype in bfloat16 float32; do
-      step "bench-$name-$preset-cuda-$dtype" 120 "$bin/foldnorm" bench "$model" --device cuda --dtype "$dtype" \
-        --batch 8 --seq "${seqs[$name]}" --warmup 20 --reps 30 --json-out "$out/bench-$name-$preset-cuda-$dtype.json"
-      table "bench-$name-$preset-cuda-$dtype"
-    done
+    # The CLI's bench (null fold beside, paired ratios) on the two models the e2e tables lead with.
+    [[ $name == gpt2 && $preset == small || $name == opt ]] || continue
+    step "bench-$name-$preset-cuda-bfloat16" 120 "$bin/foldnorm" bench "$model" --device cuda --dtype bfloat16 \
+      --batch 8 --seq "${seqs[$name]}" --warmup 20 --reps 30 --json-out "$out/bench-$name-$preset-cuda-bfloat16.json"
+    table "bench-$name-$preset-cuda-bfloat16"
   else
     note "[skip] bench --device cuda: no CUDA device"
     step "bench-$name-$preset-cpu-float32" 240 "$bin/foldnorm" bench "$model" --device cpu --seq "${seqs[$name]}" \

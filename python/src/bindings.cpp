@@ -9,6 +9,7 @@
 // (every user-caused problem) reaches Python as foldnorm.FoldnormError with the CLI's text.
 #include <torch/extension.h>
 
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/analysis/explain.h"
+#include "foldnorm/checkpoint/fold_checkpoint.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold.h"
@@ -108,7 +110,7 @@ py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, i
       py::gil_scoped_release release;
       folded = foldExport(a.model, a.result, fo, exportRmsOpFromName(rmsOp));
       const auto& v = folded.report.verification;
-      if (!out.empty() && (!v.ran || v.float64Equivalent)) saveFoldedExport(folded, a.model, out);
+      if (!out.empty() && (!v.ran || v.float64Equivalent)) folded.report.savedFile = saveFoldedExport(folded, a.model, out);
     }
     return py::make_tuple(toJson(folded.report).dump(), py::none());
   }
@@ -123,9 +125,41 @@ py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, i
     py::gil_scoped_release release;
     folded = foldModel(a.model, a.result, fo);
     const auto& v = folded.report.verification;
-    if (!out.empty() && (!v.ran || v.float64Equivalent)) saveFolded(folded, a.model, out);
+    if (!out.empty() && (!v.ran || v.float64Equivalent)) folded.report.savedFile = saveFolded(folded, a.model, out);
   }
   return py::make_tuple(toJson(folded.report).dump(), folded.torch->module);
+}
+
+/// The checkpoint fold (issue 29): `plan` is the plan's JSON text; returns the result's JSON
+/// text. Progress goes to stderr; Ctrl-C (a pending Python signal) stops the fold, which removes
+/// its partial output, and raises KeyboardInterrupt.
+std::string foldCheckpoint(const std::string& src, const std::string& out, const std::string& planText,
+                           bool dryRun, bool progress) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(planText);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("the plan is not JSON (" + std::string(e.what()) + ")");
+  }
+  const auto plan = checkpoint::parsePlan(j, "the plan");
+  checkpoint::FoldCheckpointOptions fo;
+  fo.dryRun = dryRun;
+  if (progress) fo.progress = [](const std::string& line) { std::fprintf(stderr, "[foldnorm] %s\n", line.c_str()); };
+  bool signalled = false;
+  fo.interrupted = [&signalled] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) signalled = true;
+    return signalled;
+  };
+  nlohmann::json result;
+  try {
+    py::gil_scoped_release release;
+    result = checkpoint::foldCheckpoint(src, out, plan, fo);
+  } catch (const Error&) {
+    if (signalled) throw py::error_already_set();  // the KeyboardInterrupt PyErr_CheckSignals set
+    throw;
+  }
+  return result.dump();
 }
 
 }  // namespace
@@ -161,5 +195,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
         py::arg("untie") = true, py::arg("only") = std::vector<std::string>{}, py::arg("scale_absorb") = true,
         py::arg("insert_centering") = true,
-        "Imports a TorchScript file or a .pt2 (by content) and analyses it (the CLI's analyze)");
+        "Imports a TorchScript file or a .pt2 (by content) and analyses it (the CLI's analyze; "
+        "scale_absorb and insert_centering are its --no-scale-absorb and --no-insert-centering)");
+  m.def("fold_checkpoint", &foldCheckpoint, py::arg("src"), py::arg("out"), py::arg("plan"),
+        py::arg("dry_run") = false, py::arg("progress") = true,
+        "Folds a safetensors checkpoint folder with a pattern plan (JSON text); returns the result JSON");
 }

@@ -198,9 +198,9 @@ ModelFold foldAnyModel(const ImportedModel& model, const AnalysisResult& analysi
   return fold;
 }
 
-void saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath) {
-  if (fold.exported) saveFoldedExport(*fold.exported, model, outPath);
-  else if (fold.torchscript) saveFolded(*fold.torchscript, model, outPath);
+SavedFileCheck saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath) {
+  if (fold.exported) return saveFoldedExport(*fold.exported, model, outPath);
+  if (fold.torchscript) return saveFolded(*fold.torchscript, model, outPath);
   else throw std::logic_error("ModelFold: empty");
 }
 

@@ -79,11 +79,11 @@ void setup(CLI::App& app, int& exitCode) {
     FoldedExport foldedExport;
     if (model.exported) foldedExport = foldExport(model, analysis, fo, exportRmsOpFromName(rmsOp));
     else folded = foldModel(model, analysis, fo);
-    const auto& report = model.exported ? foldedExport.report : folded.report;
+    auto& report = model.exported ? foldedExport.report : folded.report;
     const auto& v = report.verification;
-    if (o->json) std::cout << toJson(report).dump(2) << "\n";
-    else std::cout << toText(report);
     if (v.ran && !v.passed()) {
+      if (o->json) std::cout << toJson(report).dump(2) << "\n";
+      else std::cout << toText(report);
       for (const auto& c : v.checks) {
         if (c.dtype == "float64" && !(c.maxRel <= fo.float64Tolerance))
           std::fprintf(stderr, "foldnorm: error: output %zu (%s) diverged in float64: relative error %.3e > %.0e; "
@@ -96,8 +96,10 @@ void setup(CLI::App& app, int& exitCode) {
       exitCode = 3;
       return;
     }
-    if (model.exported) saveFoldedExport(foldedExport, model, o->out);
-    else saveFolded(folded, model, o->out);
+    // The save loads the written file back and checks it (SavedFileCheck); the report says so.
+    report.savedFile = model.exported ? saveFoldedExport(foldedExport, model, o->out) : saveFolded(folded, model, o->out);
+    if (o->json) std::cout << toJson(report).dump(2) << "\n";
+    else std::cout << toText(report);
     std::cerr << "[foldnorm] wrote " << o->out << "\n";
     exitCode = 0;
   });

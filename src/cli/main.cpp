@@ -26,14 +26,6 @@ void addInputOption(CLI::App& cmd, std::vector<std::string>& specs) {
 }  // namespace foldnorm::cli
 
 namespace {
-// c10 errors carry a C++ backtrace after the first line; users get the message only.
-std::string firstLine(const std::string& s) {
-  std::size_t start = s.find_first_not_of("\n");  // TorchScript compiler messages start with one
-  if (start == std::string::npos) return "(LibTorch gave no message)";
-  auto nl = s.find('\n', start);
-  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-}
-
 // An error is one line on the terminal: control characters that a message quotes from a damaged
 // file (a carriage return read as a token, say) are written as escapes, not as line breaks.
 std::string printable(const std::string& s) {
@@ -85,10 +77,13 @@ int main(int argc, char** argv) {
     std::cerr << "foldnorm: error: " << printable(e.what()) << "\n";
     return 2;
   } catch (const c10::Error& e) {
-    std::cerr << "foldnorm: error: " << printable(firstLine(e.what_without_backtrace())) << "\n";
+    // c10 errors carry a C++ backtrace, or the interpreter's frames before their cause.
+    auto cause = foldnorm::errorCause(e.what_without_backtrace());
+    std::cerr << "foldnorm: error: " << printable(cause.empty() ? "(LibTorch gave no message)" : cause) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "foldnorm: error: " << printable(firstLine(e.what())) << "\n";
+    auto cause = foldnorm::errorCause(e.what());
+    std::cerr << "foldnorm: error: " << printable(cause.empty() ? "(no message)" : cause) << "\n";
     return 2;
   }
   return exitCode;

@@ -7,8 +7,10 @@
 #include <unordered_map>
 
 #include "export_internal.h"
+#include "fold_internal.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/write_file.h"
+#include "foldnorm/fold/fold_support.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
 
@@ -56,7 +58,7 @@ int nextIndex(const json& config, const std::string& prefix) {
 
 }  // namespace
 
-void saveFoldedExport(const FoldedExport& folded, const ImportedModel& model, const std::string& outPath) {
+SavedFileCheck saveFoldedExport(const FoldedExport& folded, const ImportedModel& model, const std::string& outPath) {
   namespace fs = std::filesystem;
   if (!model.exported || !model.exported->archive) throw std::logic_error("fold: the model is not a .pt2 import");
   const auto& original = *model.exported->archive;
@@ -153,12 +155,23 @@ void saveFoldedExport(const FoldedExport& folded, const ImportedModel& model, co
     cleanup();
     throw Error("cannot write '" + outPath + "': " + e.what());
   }
+  // What torch.export.load gets must be what was verified: read back before it is put in place.
+  SavedFileCheck check;
+  if (folded.runs) {
+    try {
+      check = fold_detail::checkSavedExport(tmp.string(), folded, *folded.runs);
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+  }
   fs::rename(tmp, outPath, ec);
   if (ec) {
     cleanup();
     throw Error("cannot move the output into place at '" + outPath + "': " + ec.message());
   }
   cleanup();
+  return check;
 }
 
 }  // namespace foldnorm

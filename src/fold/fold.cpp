@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "foldnorm/common/error.h"
+#include "foldnorm/common/memory.h"
 #include "foldnorm/common/write_file.h"
+#include "foldnorm/fold/fold_support.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "fold_internal.h"
 
@@ -32,9 +34,12 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
   std::vector<at::Tensor> planned;
   for (const auto& plan : analysis.plan) planned.push_back(model.torch->parameterTensors.at(plan.param));
   auto m = cloneSharing(model.torch->module, planned, {std::nullopt, c10::kCPU});
+  // Every method names the CPU, where the fold runs and verifies (a GPU trace names cuda:N).
+  if (model.torch->tracedDevice != "cpu") methodsToCpu(m);
   auto graph = inlineForwardInPlace(m);
   FoldedModel result;
   result.report.input = model.path;
+  result.report.tracedDevice = model.torch->tracedDevice;
   progress(strf("centering %zu parameter(s), replacing %zu LayerNorm(s)", analysis.plan.size(),
                 analysis.foldableCount()));
   // What was centred, for the check: its float64 plan centres the originals again at each read
@@ -48,7 +53,11 @@ FoldedModel foldModel(const ImportedModel& model, const AnalysisResult& analysis
   for (const auto& c : centered)
     if (c.centered.has_storage()) own.insert(c.centered.storage().unsafeGetStorageImpl());
   shareUnchanged(m, model.torch->module, own);
-  if (options.verify) result.report.verification = fold_detail::verify(model, analysis, m, graph, options, &centered);
+  if (options.verify) {
+    auto runs = std::make_shared<VerificationRuns>();
+    result.report.verification = fold_detail::verify(model, analysis, m, graph, options, &centered, runs.get());
+    result.runs = runs;
+  }
   auto tm = std::make_shared<TorchModel>();
   tm->module = m;
   tm->graph = graph;
@@ -75,7 +84,7 @@ void checkOutputPath(const std::string& inputPath, const std::string& outPath) {
   if (fs::is_directory(outPath, ec)) throw Error("output path '" + outPath + "' is a directory");
 }
 
-void saveFolded(const FoldedModel& folded, const ImportedModel& original, const std::string& outPath) {
+SavedFileCheck saveFolded(const FoldedModel& folded, const ImportedModel& original, const std::string& outPath) {
   namespace fs = std::filesystem;
   checkOutputPath(original.path, outPath);
   jit::ExtraFilesMap extra;
@@ -91,12 +100,26 @@ void saveFolded(const FoldedModel& folded, const ImportedModel& original, const 
     fs::remove(tmp, ec);
     throw Error("cannot write '" + outPath + "': " + e.what_without_backtrace());
   }
+  // What a user's torch.jit.load gets must be what was verified: loaded back before it is put
+  // in place (a refused file never appears at outPath).
+  SavedFileCheck check;
+  if (folded.runs) {
+    try {
+      check = fold_detail::checkSavedTorchScript(tmp, folded, *folded.runs, folded.runs->progress);
+      releaseFreedHeap();  // the reloaded copy's tensors, freed as each was found equal to the fold's
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      throw;
+    }
+  }
   std::error_code ec;
   fs::rename(tmp, outPath, ec);
   if (ec) {
     fs::remove(tmp, ec);
     throw Error("cannot move the output into place at '" + outPath + "': " + ec.message());
   }
+  return check;
 }
 
 }  // namespace foldnorm

@@ -73,7 +73,8 @@ State archiveState(const ExportArchive& archive) {
 /// original vs the plan on float64 state), saved-float64 (the original vs folded.state, the
 /// float32 tensors the archive gets, run in float64), then the flips of each float32 output.
 Verification verify(const ImportedModel& model, const ExportArchive& archive, const AnalysisResult& analysis,
-                    const FoldedExport& folded, const FoldOptions& options, ExportRmsOp rmsOp) {
+                    const FoldedExport& folded, const FoldOptions& options, ExportRmsOp rmsOp,
+                    VerificationRuns* keep = nullptr) {
   auto setup = startVerification(model, analysis, archive.hasExampleInputs ? &archive.exampleInputs : nullptr, options);
   auto& v = setup.verification;
   const auto& sets = setup.inputSets;
@@ -119,6 +120,19 @@ Verification verify(const ImportedModel& model, const ExportArchive& archive, co
   }
   fold_detail::keepWorst(v.worstFlips, kWorstFlips);
   summarizeChecks(v, options.float64Tolerance, v.savedFloat64Bound);
+  if (keep) {
+    auto cpu = [](std::vector<std::vector<at::Tensor>>& sets) {
+      for (auto& outs : sets)
+        for (auto& t : outs) t = t.detach().to(at::kCPU);
+      return std::move(sets);
+    };
+    keep->device = setup.device;
+    keep->inputSets = sets;
+    keep->folded = cpu(b);
+    keep->original64 = cpu(z);
+    keep->tolerance = savedBoundFor(1e-5, v.modelDtype);
+    keep->progress = options.progress;
+  }
   return setup.verification;
 }
 
@@ -157,7 +171,11 @@ FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analys
   folded.program = std::move(r.program);
   folded.state = std::move(r.state);
   folded.added = std::move(r.added);
-  if (options.verify) folded.report.verification = verify(model, archive, analysis, folded, options, rmsOp);
+  if (options.verify) {
+    auto runs = std::make_shared<VerificationRuns>();
+    folded.report.verification = verify(model, archive, analysis, folded, options, rmsOp, runs.get());
+    folded.runs = runs;
+  }
   return folded;
 }
 

@@ -4,6 +4,7 @@
 //   fuse_add_norm.cpp  aten::add -> folded rms_norm pairs -> foldnorm::add_rms_norm
 //   verify.cpp         original vs folded, float32 and float64
 //   fold.cpp           orchestration and the atomic save;  fold_report.cpp  text and JSON
+//   saved_file.cpp     the written file loaded back and checked (SavedFileCheck)
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/fold/fold_export.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 
@@ -82,8 +84,22 @@ void keepWorst(std::vector<PredictionFlip>& flips, std::size_t keep);
 /// float64 at that use (no float64 copy of the planned tensors exists). Without it (or on CUDA,
 /// or where a centred storage is also read through another view) the plan is made again on a
 /// clone holding float64 copies of the planned tensors.
+/// With `keep`, the runs' inputs and outputs are kept there for the check of the written file.
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis, const jit::Module& folded,
                     const std::shared_ptr<jit::Graph>& foldedGraph, const FoldOptions& options,
-                    const std::vector<CenteredTensor>* centered = nullptr);
+                    const std::vector<CenteredTensor>* centered = nullptr, VerificationRuns* keep = nullptr);
+
+/// Loads the TorchScript file `path` (just written from `folded`) back with torch::jit::load and
+/// checks it against the verification's `runs` (SavedFileCheck in fold.h): every tensor bit for
+/// bit against the folded module's (the reloaded copy then reads the folded module's tensors:
+/// no second copy of the model stays resident), its own forward in the model's dtype, and its
+/// forward in float64 against the original's. Throws foldnorm::Error naming the cause.
+SavedFileCheck checkSavedTorchScript(const std::string& path, const FoldedModel& folded, const VerificationRuns& runs,
+                                     const ProgressFn& progress);
+
+/// The same for a written .pt2 (`path`, from `folded`): read back by the .pt2 reader, every
+/// tensor bit for bit against folded.state, the archive's own program run by the interpreter in
+/// the model's dtype and in float64 on the verified fold's tensors.
+SavedFileCheck checkSavedExport(const std::string& path, const FoldedExport& folded, const VerificationRuns& runs);
 
 }  // namespace foldnorm::fold_detail

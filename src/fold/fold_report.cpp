@@ -22,6 +22,7 @@ nlohmann::json toJson(const FoldReport& r) {
   j["inserted_centerings"] = r.inserted;
   j["fused_add_norms"] = r.fusedAddNorms;
   j["rms_op"] = toString(r.rmsOp);
+  j["devices"] = {{"traced", r.tracedDevice}, {"saved_constants", r.savedDevice}};
   const auto& v = r.verification;
   nlohmann::json vj{{"ran", v.ran}};
   if (v.ran) {
@@ -58,6 +59,13 @@ nlohmann::json toJson(const FoldReport& r) {
     vj["checks"] = checks;
   }
   j["verification"] = vj;
+  if (r.savedFile.ran) {
+    const auto& sf = r.savedFile;
+    j["saved_file"] = {{"reloaded", true}, {"loader", sf.loader}, {"input_sets", sf.runs},
+                       {"tensors_bit_identical", sf.tensors},
+                       {"forward_worst_relative", sf.worstRelative32}, {"forward_tolerance", sf.tolerance32},
+                       {"float64_worst_relative", sf.worstRelativeSaved64}};
+  }
   return j;
 }
 
@@ -116,6 +124,9 @@ std::string toText(const FoldReport& r) {
       out += strf("; fused %d residual add(s) into foldnorm::add_rms_norm", r.fusedAddNorms);
     out += "\n";
   }
+  if (r.tracedDevice != r.savedDevice)
+    out += "the input's constants name " + r.tracedDevice + "; the folded model's name " + r.savedDevice +
+           " (where it was folded and verified)\n";
   for (const auto& ins : r.inserted) out += "  " + ins + "\n";
   for (std::size_t i = 0; i < r.kept.size(); ++i)
     out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";
@@ -135,6 +146,14 @@ std::string toText(const FoldReport& r) {
   for (const auto& f : v.worstFlips)
     out += strf("  output %zu, input set %d, row %lld: top-2 margin %.3e %s error bound %.3e\n", f.output, f.run,
                 static_cast<long long>(f.row), f.margin, f.withinRounding() ? "<=" : ">", f.errorBound);
+  if (r.savedFile.ran) {
+    const auto& sf = r.savedFile;
+    out += strf("saved file reloaded (%s): %lld tensors bit for bit the verified ones; its own forward on the %d "
+                "input sets: worst relative error %.2e against the verified fold (tolerance %.0e), %.2e against the "
+                "original in float64\n",
+                sf.loader.c_str(), static_cast<long long>(sf.tensors), sf.runs, sf.worstRelative32, sf.tolerance32,
+                sf.worstRelativeSaved64);
+  }
   return out;
 }
 

@@ -79,6 +79,12 @@ bool sameLayout(const std::vector<at::Tensor>& kept, const std::vector<at::Tenso
   return true;
 }
 
+std::vector<at::Tensor> onCpu(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.detach().to(at::kCPU));
+  return out;
+}
+
 const void* storageOf(const at::Tensor& t) {
   return t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl()) : nullptr;
 }
@@ -115,24 +121,38 @@ ReadReplacement centeredReads(const jit::Module& folded, const std::shared_ptr<j
 
 Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
                     const jit::Module& folded, const std::shared_ptr<jit::Graph>& foldedGraph,
-                    const FoldOptions& options, const std::vector<CenteredTensor>* centered) {
+                    const FoldOptions& options, const std::vector<CenteredTensor>* centered, VerificationRuns* keep) {
   auto progress = [&](const std::string& m) { if (options.progress) options.progress(m); };
   const auto& tm = *model.torch;
   auto setup = startVerification(model, analysis, &tm.exampleInputs, options);
   auto& v = setup.verification;
   const auto device = setup.device;
   const auto& inputSets = setup.inputSets;
+  if (keep) {
+    keep->device = device;
+    keep->inputSets = inputSets;
+    keep->tolerance = savedBoundFor(1e-5, v.modelDtype);
+    keep->progress = options.progress;
+  }
 
   // float32 (the model's own dtype): original vs folded.
+  // On a GPU: copies on the device, their graphs retargeted to it (a trace's constants name the
+  // CPU: device constants, `device=None` factories, tensor constants).
   jit::Module original32 = tm.module;
   jit::Module folded32 = folded;
+  auto original32Graph = tm.graph;
+  auto folded32Graph = foldedGraph;
   if (device.is_cuda()) {
+    const RetargetOptions onDevice{std::nullopt, device};
     original32 = loadModule(serializeModule(tm.module));
-    original32.to(device);
+    retargetAttributes(original32, onDevice);
+    original32Graph = tm.graph->copy();
+    retargetGraph(original32Graph, onDevice);
     folded32 = loadModule(serializeModule(folded));
-    folded32.to(device);
+    retargetAttributes(folded32, onDevice);
+    folded32Graph = inlinedForward(folded32);
+    retargetGraph(folded32Graph, onDevice);
   }
-  auto folded32Graph = device.is_cuda() ? inlinedForward(folded32) : foldedGraph;
 
   // float64. The original and the saved file run on their own float32 weights, upcast at each
   // read (exact, and no copy of the weights). The plan needs its centering unrounded: on the
@@ -170,7 +190,7 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     // The original in float32 on the example inputs is the run the import recorded shapes with
     // (the same graph on the same inputs, its outputs kept): not run a second time.
     auto a = r == 0 && !device.is_cuda() && sameLayout(tm.exampleOutputs, b) ? tm.exampleOutputs
-                                                                             : runGraph(original32, tm.graph, in32);
+                                                                             : runGraph(original32, original32Graph, in32);
     compareOutputs(a, b, "float32", v.checks);
     say("float64 (original, plan)");
     auto in64 = retargetInputs(inputSets[r], float64);
@@ -179,6 +199,10 @@ Verification verify(const ImportedModel& model, const AnalysisResult& analysis,
     say("float64 (saved file)");
     auto s = runGraph(folded, saved64Graph, in64);
     compareOutputs(z, s, "saved-float64", v.checks);
+    if (keep) {
+      keep->folded.push_back(onCpu(b));
+      keep->original64.push_back(onCpu(z));
+    }
     checkPredictions(static_cast<int>(r), a, b, z, s, v.savedFloat64Bound, v.checks, v.worstFlips);
   }
   keepWorst(v.worstFlips, kWorstFlips);

@@ -86,6 +86,7 @@ struct Compiled;
 struct Step {
   enum Kind { Op, GetItem, ScalarOp, SetGradSubgraph } kind = Op;
   std::string description;  // "node 12 'linear' (torch.ops.aten.linear.default)"
+  std::string sourceLine;   // "modeling_gpt2.py:NNN": where the exported code called it, if recorded
   std::optional<c10::OperatorHandle> op;
   std::string scalarOp;     // "_operator.add", "torch.sym_max", ...
   std::vector<ArgSource> args;
@@ -268,6 +269,8 @@ class GraphCompiler {
     Step step;
     const auto target = node.at("target").get<std::string>();
     step.description = "node " + std::to_string(index) + " '" + node.value("name", std::string("?")) + "' (" + target + ")";
+    if (node.contains("metadata") && node["metadata"].contains("stack_trace"))
+      step.sourceLine = pythonSourceLine(node["metadata"]["stack_trace"].get<std::string>());
     const auto& inputs = node.at("inputs");
     auto positional = [&](std::size_t from) {
       for (std::size_t i = from; i < inputs.size(); ++i) step.args.push_back(source(inputs[i].at("arg"), step.description));
@@ -458,7 +461,9 @@ std::vector<c10::IValue> execute(const Compiled& c, const std::vector<c10::IValu
         }
       }
     } catch (const c10::Error& e) {
-      throw Error(step.description + " failed: " + e.what_without_backtrace());
+      // The op, where the model's code called it, and the cause (the message's last line).
+      throw Error(step.description + (step.sourceLine.empty() ? "" : " at " + step.sourceLine) + " failed: " +
+                  errorCause(e.what_without_backtrace()));
     } catch (const Error& e) {
       throw Error(step.description + ": " + e.what());
     }

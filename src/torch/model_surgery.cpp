@@ -2,6 +2,7 @@
 #include "foldnorm/torch/model_surgery.h"
 
 #include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <cstdint>
@@ -54,7 +55,8 @@ void retargetSlots(const jit::Module& m, const RetargetOptions& to, std::map<Vie
       if (it == memo.end()) {
         // A partial retarget (`only`) is for a clone that shares tensors with its original: a
         // tensor already in the target dtype is still copied, so writes never reach the original.
-        auto converted = t.detach().to(to.device, targetType(t, to), /*non_blocking=*/false, /*copy=*/!only.empty());
+        auto converted = t.detach().to(to.moveTensors ? to.device : t.device(), targetType(t, to),
+                                       /*non_blocking=*/false, /*copy=*/!only.empty());
         converted.set_requires_grad(t.requires_grad() && converted.is_floating_point());
         it = memo.emplace(std::move(key), converted).first;
       }
@@ -83,6 +85,16 @@ bool isDtypeArgument(const jit::Node* user, std::size_t offset) {
   return arg.name() == "dtype" || real->kind() == c10::TypeKind::ScalarTypeType;
 }
 
+/// Whether input `offset` of `user` is a device argument (named device, or of type Device).
+bool isDeviceArgument(const jit::Node* user, std::size_t offset) {
+  const auto* schema = user->maybeSchema();
+  if (!schema || offset >= schema->arguments().size()) return false;
+  const auto& arg = schema->arguments()[offset];
+  auto real = arg.real_type();
+  if (auto opt = real->cast<c10::OptionalType>()) real = opt->getElementType();
+  return real->kind() == c10::TypeKind::DeviceObjType;
+}
+
 }  // namespace
 
 void retargetAttributes(const jit::Module& module, const RetargetOptions& to) {
@@ -106,8 +118,61 @@ void checkNoneShared(const jit::Module& m, const std::set<const void*>& storages
 
 }  // namespace
 
+namespace {
+
+/// Original module type -> the clone's, for every module of the two trees (same slots).
+void pairTypes(const jit::Module& original, const jit::Module& clone,
+               std::unordered_map<c10::TypePtr, c10::TypePtr>& remap) {
+  remap.emplace(original.type(), clone.type());
+  auto a = original._ivalue(), b = clone._ivalue();
+  for (std::size_t i = 0; i < a->slots().size() && i < b->slots().size(); ++i) {
+    const auto x = a->getSlot(i), y = b->getSlot(i);
+    if (x.isObject() && x.toObject()->type()->is_module() && y.isObject())
+      pairTypes(jit::Module(x.toObject()), jit::Module(y.toObject()), remap);
+  }
+}
+
+/// Module::clone copies each type's methods as soon as its subtree is cloned, remapping the types
+/// cloned so far: a method that names a type from a subtree cloned later keeps the original's.
+/// Traces do that: transformers 4.41's Pegasus passes `decoder.embed_tokens` to the encoder's
+/// forward as an argument, and the encoder is cloned first. The clone runs (the interpreter does
+/// not check argument types), but its saved code passes the cloned module where the signature
+/// names the original's type, and torch.jit.load refuses it (issue 31). This remaps every
+/// method's graph and schema of the clone onto the clone's types, contained types included.
+void remapClonedMethods(const jit::Module& original, const jit::Module& clone) {
+  std::unordered_map<c10::TypePtr, c10::TypePtr> remap;
+  pairTypes(original, clone, remap);
+  std::function<c10::TypePtr(c10::TypePtr)> map = [&](c10::TypePtr t) -> c10::TypePtr {
+    auto it = remap.find(t);
+    if (it != remap.end()) return it->second;
+    const auto contained = t->containedTypes();
+    if (contained.empty()) return t;
+    std::vector<c10::TypePtr> mapped;
+    bool changed = false;
+    for (const auto& c : contained) {
+      mapped.push_back(map(c));
+      changed = changed || mapped.back() != c;
+    }
+    return changed ? t->withContained(std::move(mapped)) : t;
+  };
+  std::set<const c10::ClassType*> seen;
+  for (const auto& m : clone.modules()) {
+    if (!seen.insert(m.type().get()).second) continue;
+    for (auto* fn : m.type()->methods()) {
+      auto* graphFn = dynamic_cast<jit::GraphFunction*>(fn);
+      if (!graphFn) continue;
+      auto schema = graphFn->getSchema().cloneWithRemappedTypes(map);
+      graphFn->graph()->remapTypes(map);
+      graphFn->setSchema(std::move(schema));
+    }
+  }
+}
+
+}  // namespace
+
 jit::Module cloneSharing(const jit::Module& module, const std::vector<at::Tensor>& own, const RetargetOptions& to) {
   auto clone = module.clone(/*inplace=*/true);
+  remapClonedMethods(module, clone);
   std::set<const void*> storages;
   for (const auto& t : own)
     if (t.defined() && storageOf(t)) storages.insert(storageOf(t));
@@ -122,14 +187,26 @@ int retargetGraph(const std::shared_ptr<jit::Graph>& graph, const RetargetOption
   int rewritten = 0;
   std::vector<jit::Node*> constants;  // collected first: rewriting inserts new constants
   for (auto* n : graph->nodes())
-    if (n->kind() == c10::prim::Constant && n->outputs().size() == 1 && n->hasAttribute(c10::attr::value))
+    if (n->kind() == c10::prim::Constant && n->outputs().size() == 1 &&
+        (n->hasAttribute(c10::attr::value) || n->output()->type()->kind() == c10::TypeKind::NoneType))
       constants.push_back(n);
   for (auto* n : constants) {
     auto* out = n->output();
     const auto kind = out->type()->kind();
-    if (kind == c10::TypeKind::TensorType) {
+    if (kind == c10::TypeKind::NoneType) {
+      // A factory op's `device=None` means the default device, the CPU: a trace made in C++ (or
+      // of torch.arange(n) without a device) records None, not the device it ran on.
+      if (to.device.is_cpu()) continue;
+      const std::vector<jit::Use> uses = out->uses();
+      for (const auto& use : uses) {
+        if (!isDeviceArgument(use.user, use.offset)) continue;
+        jit::WithInsertPoint guard(use.user);
+        use.user->replaceInput(use.offset, graph->insertConstant(to.device));
+        ++rewritten;
+      }
+    } else if (kind == c10::TypeKind::TensorType) {
       const auto t = n->t(c10::attr::value);
-      auto converted = t.to(to.device, targetType(t, to));
+      auto converted = t.to(to.moveTensors ? to.device : t.device(), targetType(t, to));
       if (converted.scalar_type() == t.scalar_type() && converted.device() == t.device()) continue;
       n->t_(c10::attr::value, converted);
       out->inferTypeFrom(converted);
@@ -150,6 +227,18 @@ int retargetGraph(const std::shared_ptr<jit::Graph>& graph, const RetargetOption
       }
     }
   }
+  return rewritten;
+}
+
+int retargetModule(const jit::Module& module, const RetargetOptions& to) {
+  int rewritten = 0;
+  std::set<const c10::ClassType*> seen;
+  for (const auto& m : module.modules()) {
+    if (!seen.insert(m.type().get()).second) continue;  // a type's methods serve all its instances
+    for (auto* fn : m.type()->methods())
+      if (auto* graphFn = dynamic_cast<jit::GraphFunction*>(fn)) rewritten += retargetGraph(graphFn->graph(), to);
+  }
+  retargetAttributes(module, to);
   return rewritten;
 }
 

@@ -97,18 +97,49 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
   return out;
 }
 
+std::string constantsToCpu(torch::jit::Graph& graph) {
+  std::string named;
+  for (auto* n : graph.nodes()) {
+    if (n->kind() != c10::prim::Constant || n->outputs().size() != 1 || !n->hasAttribute(c10::attr::value) ||
+        n->output()->type()->kind() != c10::TypeKind::DeviceObjType)
+      continue;
+    const auto device = n->s(c10::attr::value);
+    if (device == "cpu") continue;
+    if (named.empty()) named = device;
+    n->s_(c10::attr::value, "cpu");  // in place: no node is added, the node order stays the importer's
+  }
+  return named;
+}
+
 std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module) {
   auto method = module.find_method("forward");
   if (!method) throw Error("the module has no forward method");
   auto graph = jit::toGraphFunction(method->function()).graph()->copy();
   jit::Inline(*graph);
+  constantsToCpu(*graph);
   return graph;
 }
 
 std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module) {
   auto graph = jit::toGraphFunction(module.get_method("forward").function()).graph();
   jit::Inline(*graph);
+  constantsToCpu(*graph);
   return graph;
+}
+
+void methodsToCpu(const torch::jit::Module& module) {
+  for (const auto& m : module.modules())
+    for (auto* fn : m.type()->methods())
+      if (auto* graphFn = dynamic_cast<jit::GraphFunction*>(fn)) constantsToCpu(*graphFn->graph());
+}
+
+std::string tracedDevice(const torch::jit::Module& module) {
+  auto method = module.find_method("forward");
+  if (!method) return "cpu";
+  auto graph = jit::toGraphFunction(method->function()).graph()->copy();
+  jit::Inline(*graph);
+  auto named = constantsToCpu(*graph);
+  return named.empty() ? "cpu" : named;
 }
 
 torch::jit::Module freshCopy(const TorchModel& model) {

@@ -217,7 +217,7 @@ ModelFold foldAnyModel(const ImportedModel& model, const AnalysisResult& analysi
 
 /// saveFolded or saveFoldedExport: atomic, never over the input. The file extension to use is
 /// foldedExtension(model): ".pt" or ".pt2".
-void saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath);
+SavedFileCheck saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath);
 const char* foldedExtension(const ImportedModel& model);
 
 /// Keeps buffers of 32 MiB and more on the heap for the rest of the process (glibc would mmap and

@@ -108,6 +108,24 @@ struct Verification {
 
 inline constexpr std::size_t kWorstFlips = 5;
 
+/// The written file loaded back as a user loads it and run (saveFolded, saveFoldedExport): what
+/// torch.jit.load / torch.export.load gets is what was verified. A file that does not load, whose
+/// tensors are not the verified fold's bits, or whose own forward computes something else, is
+/// removed and refused (foldnorm::Error, one line naming the loader's reason).
+struct SavedFileCheck {
+  bool ran = false;             // false: the fold was saved unverified (nothing to compare with)
+  std::string loader;           // "torch::jit::load" | "the .pt2 reader"
+  int runs = 0;                 // input sets (the verification's)
+  int64_t tensors = 0;          // tensors of the file compared bit for bit with the verified fold's
+  /// The reloaded file's own forward (its code as the loader compiled it) against the verified
+  /// folded model, in the model's dtype: the same weights and ops, so rounding-level at most.
+  double worstRelative32 = 0;
+  double tolerance32 = 0;       // above it the file is refused
+  /// The reloaded file run in float64 against the original in float64 (the report's "saved file
+  /// in float64", now measured on the file itself).
+  double worstRelativeSaved64 = 0;
+};
+
 struct FoldReport {
   std::string input;
   std::vector<std::string> folded;     // LN module paths replaced by RMSNorm
@@ -119,13 +137,22 @@ struct FoldReport {
   int64_t untieBytes = 0;
   int fusedAddNorms = 0;               // aten::add + rms_norm pairs now one foldnorm::add_rms_norm
   RmsOp rmsOp = RmsOp::Foldnorm;       // what the folded LNs became (both kinds: .pt and .pt2)
+  /// The device the input's constants named, and the one the saved fold's constants name (the
+  /// CPU, where foldnorm runs a model: a GPU trace is retargeted; the report says so).
+  std::string tracedDevice = "cpu";
+  std::string savedDevice = "cpu";
   Verification verification;
+  SavedFileCheck savedFile;            // set by the caller from saveFolded's result (not embedded in the file)
 };
 
 struct TorchModel;
+/// What a verification ran, kept for the check of the written file: the input sets, the folded
+/// model's outputs in its dtype and the original's in float64, per set (defined in fold_support.h).
+struct VerificationRuns;
 struct FoldedModel {
   std::shared_ptr<TorchModel> torch;  // the folded module and its forward graph
   FoldReport report;
+  std::shared_ptr<const VerificationRuns> runs;  // null unless verified
 };
 
 /// Applies `analysis` (made on `model.graph`) to a fresh copy of the model; never modifies
@@ -139,9 +166,12 @@ Verification verifyFold(const ImportedModel& model, const AnalysisResult& analys
                         const FoldOptions& options = {});
 
 /// Writes the folded module to `outPath` atomically (temporary file + rename) with the input
-/// spec and the fold report embedded. Throws foldnorm::Error when `outPath` is the input or
-/// cannot be written.
-void saveFolded(const FoldedModel& folded, const ImportedModel& original, const std::string& outPath);
+/// spec and the fold report embedded. A verified fold's file is loaded back with
+/// torch::jit::load before the rename and checked (SavedFileCheck): its tensors bit for bit,
+/// its own forward in the model's dtype, and in float64 against the original. Throws
+/// foldnorm::Error (the output removed, the input untouched) when `outPath` is the input, cannot
+/// be written, or the written file fails that check.
+SavedFileCheck saveFolded(const FoldedModel& folded, const ImportedModel& original, const std::string& outPath);
 
 /// Checks `outPath` before any work is done (same file as input, directory not writable).
 void checkOutputPath(const std::string& inputPath, const std::string& outPath);

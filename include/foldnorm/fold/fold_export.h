@@ -52,6 +52,7 @@ struct FoldedExport {
   std::map<std::string, at::Tensor> state;   // every weight and constant by name, after the fold
   std::map<std::string, std::string> added;  // names the fold added -> parameter | buffer | constant
   FoldReport report;
+  std::shared_ptr<const VerificationRuns> runs;  // null unless verified (fold.h)
 };
 
 /// Applies `analysis` (made on `model.graph`, a model importExport read) to copies of the
@@ -69,8 +70,11 @@ Verification verifyExportFold(const ImportedModel& model, const AnalysisResult& 
 /// Writes the folded archive to `outPath` atomically (a temporary file in the output's
 /// directory, then a rename): every record of `original` that the fold did not change is copied
 /// byte for byte; changed tensors get new storage records and config entries. The fold report
-/// is stored as extra/foldnorm_fold_report.json. Throws foldnorm::Error when `outPath` is the
-/// input or cannot be written.
-void saveFoldedExport(const FoldedExport& folded, const ImportedModel& original, const std::string& outPath);
+/// is stored as extra/foldnorm_fold_report.json. A verified fold's archive is read back by the
+/// .pt2 reader before the rename and checked as saveFolded checks a TorchScript file (its
+/// tensors bit for bit, its program run by the interpreter in the model's dtype and in
+/// float64). Throws foldnorm::Error (the output removed) when `outPath` is the input, cannot be
+/// written, or the written archive fails that check.
+SavedFileCheck saveFoldedExport(const FoldedExport& folded, const ImportedModel& original, const std::string& outPath);
 
 }  // namespace foldnorm

@@ -54,6 +54,17 @@ struct VerificationSetup {
   c10::Device device{c10::kCPU};
   std::vector<std::vector<at::Tensor>> inputSets;
 };
+
+/// What a verification ran, kept (on the CPU) for the check of the written file: per input set,
+/// the folded model's outputs in its own dtype and the original's outputs in float64.
+struct VerificationRuns {
+  c10::Device device{c10::kCPU};   // where the folded outputs were computed
+  std::vector<std::vector<at::Tensor>> inputSets, folded, original64;
+  /// Relative tolerance of the reloaded file's forward against `folded`: float32's 1e-5, scaled
+  /// for 16-bit dtypes as the saved-file bound is (savedBoundFor).
+  double tolerance = 1e-5;
+  ProgressFn progress;             // the fold's, for the reload step's lines
+};
 /// The dtype the plan's centered parameters are saved in: the coarsest floating dtype among them
 /// (bfloat16 over float16 over float32 over float64), "float32" when the plan centers nothing.
 std::string plannedWeightDtype(const Graph& graph, const AnalysisResult& analysis);

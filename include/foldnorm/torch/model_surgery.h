@@ -26,6 +26,10 @@ namespace foldnorm {
 struct RetargetOptions {
   std::optional<at::ScalarType> dtype;  // floating tensors become this; others (or all: nullopt) keep theirs
   c10::Device device{c10::kCPU};
+  /// false: tensors (attributes, tensor constants) keep their device and only the graphs' device
+  /// arguments name `device` (a copy for a GPU written on a machine without one; `.to("cuda")`
+  /// after loading moves the tensors).
+  bool moveTensors = true;
 };
 
 /// Floating tensor attributes of `module` and its submodules (recursively) to `dtype`, every
@@ -47,6 +51,12 @@ torch::jit::Module cloneSharing(const torch::jit::Module& module, const std::vec
 /// codes (a float64 oracle keeps no narrower step). The same integer 6 used as a size stays 6.
 /// Returns how many constants and uses were rewritten.
 int retargetGraph(const std::shared_ptr<torch::jit::Graph>& graph, const RetargetOptions& to);
+
+/// retargetGraph on every method of `module` and its submodules (each type's methods once), then
+/// retargetAttributes: a saved copy of it runs in `to.dtype` on `to.device` as a trace made there
+/// would (every method, not only an inlined forward). Types are changed in place: use it on a
+/// module whose types are its own (a fresh load). Returns how many constants and uses were rewritten.
+int retargetModule(const torch::jit::Module& module, const RetargetOptions& to);
 
 /// How convertedReads replaces a read instead of converting it: given the tensor an attribute
 /// read or a tensor constant of the graph holds, the value its use reads instead (inserted into

@@ -21,6 +21,9 @@ struct TorchModel {
   std::vector<at::Tensor> parameterTensors;   // ParamId -> tensor (constants included)
   std::vector<at::Tensor> exampleInputs;      // what shapes were recorded with
   std::vector<at::Tensor> exampleOutputs;     // the model's outputs on them (flattened)
+  /// The device the trace's constants named ("cuda:0" for a trace made on a GPU); `graph` and
+  /// every copy foldnorm runs name the CPU instead (inlinedForward).
+  std::string tracedDevice = "cpu";
   /// The archive `module` was loaded from, where it is kept (the TorchScript import keeps none:
   /// its makeCopy loads the file again). Fresh copies are loaded from these bytes: the same
   /// code compiles to the same graph, node for node, so analysed node ids map onto the copy.
@@ -52,12 +55,28 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs);
 
-/// Inlined copy of a module's forward graph.
+/// Inlined copy of a module's forward graph, its device constants naming the CPU. Foldnorm loads
+/// every model onto the CPU, but a trace bakes in the device it ran on (`torch.device("cuda:0")`
+/// arguments of arange, to, zeros...): a GPU trace would make CUDA tensors on a machine without
+/// one, or mix devices on one with. To run on another device, retargetGraph the result.
 std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module);
 
-/// The module's own forward graph, inlined in place (what runs and what gets saved). A fresh
-/// copy inlined so has the node order the importer walked (same code, same inlining).
+/// The module's own forward graph, inlined in place (what runs and what gets saved), its device
+/// constants naming the CPU as inlinedForward's. A fresh copy inlined so has the node order the
+/// importer walked (same code, same inlining; the device rewrite adds no node).
 std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module);
+
+/// Rewrites every device constant of `graph` that names another device to "cpu", in place;
+/// returns the first device it rewrote ("" where all named the CPU).
+std::string constantsToCpu(torch::jit::Graph& graph);
+
+/// constantsToCpu on every method of `module` and its submodules, in place: for a copy with types
+/// of its own (a clone), whose file then names the CPU in every method, not only the forward.
+void methodsToCpu(const torch::jit::Module& module);
+
+/// The device `module`'s forward names in its constants: "cpu", or the first other one
+/// ("cuda:0" for a model traced on a GPU). Reads a copy; the module is not changed.
+std::string tracedDevice(const torch::jit::Module& module);
 
 std::string dtypeName(at::ScalarType type);
 

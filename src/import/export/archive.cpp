@@ -15,13 +15,6 @@
 namespace foldnorm {
 namespace {
 
-std::string firstLine(const std::string& s) {
-  auto start = s.find_first_not_of('\n');
-  if (start == std::string::npos) return {};
-  auto nl = s.find('\n', start);
-  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-}
-
 std::string readFile(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;

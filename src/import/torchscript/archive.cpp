@@ -16,7 +16,7 @@ namespace foldnorm {
 namespace {
 
 namespace jit = torch::jit;
-using torchscript::firstLine;
+
 
 /// Failures of torch::jit::load, said in the user's terms.
 [[noreturn]] void throwLoadError(const std::string& path, const std::string& archive, const c10::Error& e) {
@@ -136,7 +136,7 @@ ImportedModel importTorchScript(const std::string& path, const ImportOptions& op
     throw;
   } catch (const std::exception& e) {  // the TorchScript parser's ErrorReport: damaged code/
     throw Error("cannot load '" + path + "' as TorchScript: its code does not parse (a damaged archive?): " +
-                torchscript::firstLine(e.what()));
+                firstLine(e.what()));
   }
   std::vector<InputSpec> specs = options.inputs;
   bool fromModel = false;

@@ -10,7 +10,7 @@ namespace foldnorm {
 namespace {
 
 namespace jit = torch::jit;
-using torchscript::firstLine;
+
 
 jit::Module buildIrModule(const IrModel& model, uint64_t seed) {
   auto graph = std::make_shared<jit::Graph>();

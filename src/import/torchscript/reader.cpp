@@ -46,6 +46,9 @@ ImportedModel importModule(jit::Module module, std::shared_ptr<const std::string
                 firstLine(e.what()));
   }
   rejectControlFlow(*tm->graph);
+  tm->tracedDevice = tracedDevice(module);
+  if (tm->tracedDevice != "cpu" && options.progress)
+    options.progress("the trace names " + tm->tracedDevice + " in its constants: run on the CPU here");
 
   ImportedModel result;
   result.path = std::move(path);

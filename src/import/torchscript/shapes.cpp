@@ -55,10 +55,14 @@ void recordShapes(Graph& g, TorchModel& tm, const std::vector<InputSpec>& specs)
     for (auto& s : specs) spec += (spec.empty() ? "" : " ") + s.toString();
     const auto* c10Error = dynamic_cast<const c10::Error*>(&e);
     std::string what = c10Error ? c10Error->what_without_backtrace() : e.what();
-    auto pos = what.find("RuntimeError: ");
-    if (pos != std::string::npos) what = what.substr(pos + 14);
+    const auto cause = errorCause(what);
+    // A device the machine lacks is not a bad input spec (a trace names its device in constants;
+    // those naming CUDA are retargeted to the CPU at the import, inlinedForward: this is another).
+    for (const char* device : {"NVIDIA driver", "CUDA", "cuda", "device"})
+      if (cause.find(device) != std::string::npos)
+        throw Error("running the model on the example inputs failed on the CPU: " + cause);
     throw Error("running the model on the example inputs failed; does the input spec (" + spec +
-                ") match the model? " + firstLine(what));
+                ") match the model? " + cause);
   }
   if (values.size() != recorded.size()) throw std::logic_error("shape recording lost values");
   for (std::size_t i = 0; i < recorded.size(); ++i) {

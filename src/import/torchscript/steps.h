@@ -18,20 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "foldnorm/common/error.h"
 #include "foldnorm/graph/module_paths.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::torchscript {
 
-/// The first non-empty line of a LibTorch message (the rest is a C++ backtrace or the
-/// interpreter's frames; the TorchScript compiler's messages start with a newline).
-inline std::string firstLine(const std::string& s) {
-  std::size_t start = s.find_first_not_of("\n");
-  if (start == std::string::npos) return {};
-  auto nl = s.find('\n', start);
-  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-}
 
 /// Imports an already-loaded module (shared by the .pt and IR paths).
 ImportedModel importModule(torch::jit::Module module, std::shared_ptr<const std::string> archive,
