@@ -14,14 +14,16 @@ import torch  # noqa: F401  (LibTorch before the extension, which links it)
 
 from . import _foldnorm  # noqa: F401
 from .api import FLOAT64_TOLERANCE, analyze, fold, fold_traced
-from .errors import FoldError, FoldnormError
+from .bench import BenchResult, bench
+from .errors import ArgumentError, FoldError, FoldnormError
 from .nn import RMSNorm, add_rms_norm, layer_norm, rms_norm
-from .report import LayerNormVerdict, ParameterPlan, Report
+from .report import CenterAction, Insertion, LayerNormVerdict, ParameterPlan, Report
 from ._fold import FoldSummary
 from . import checkpoint
 from .checkpoint import fold_checkpoint, load_folded
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "fold", "fold_traced", "RMSNorm", "rms_norm", "layer_norm", "add_rms_norm",
-           "Report", "LayerNormVerdict", "ParameterPlan", "FoldSummary", "FoldError", "FoldnormError",
-           "FLOAT64_TOLERANCE", "fold_checkpoint", "load_folded", "checkpoint"]
+__all__ = ["analyze", "fold", "fold_traced", "bench", "RMSNorm", "rms_norm", "layer_norm", "add_rms_norm",
+           "Report", "LayerNormVerdict", "ParameterPlan", "CenterAction", "Insertion", "FoldSummary",
+           "BenchResult", "FoldError", "FoldnormError", "ArgumentError", "FLOAT64_TOLERANCE",
+           "fold_checkpoint", "load_folded", "checkpoint"]

@@ -41,25 +41,60 @@ from .report import ParameterPlan, Report
 
 
 class Center(nn.Module):
-    """The centering projection of a plan entry: for each (axis, groups), split the axis into
-    ``groups`` equal parts and subtract each part's mean (commuting projections, applied in order;
-    the same arithmetic as src/fold/apply_plan.cpp)."""
+    """The centering projection of a plan entry, the arithmetic of src/fold/fold_support.cpp
+    (centered64): for each action in order, an unscaled one splits the axis into ``groups``
+    equal parts and subtracts each part's mean; a scaled one (scale absorption, method.md
+    section 7) subtracts ``mean_k(s_k x[k]) / s_c`` along the axis, so that ``s * x`` is
+    mean-zero. ``scales`` holds, per action, the scale tensor or None. As a parametrization
+    (``trainable=True``) they are the model's own scale Parameters, read live (kept in a plain
+    list, so they are not registered twice): the projection follows the scale as it trains."""
 
-    def __init__(self, actions: List[Tuple[int, int]]) -> None:
+    def __init__(self, actions: List[Tuple[int, ...]], scales: Optional[List[Optional[torch.Tensor]]] = None) -> None:
         super().__init__()
-        self.actions = [(int(a), int(g)) for a, g in actions]
+        self.actions = [(int(a[0]), int(a[1])) for a in actions]
+        self._scales: List[Optional[torch.Tensor]] = list(scales) if scales is not None else [None] * len(actions)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for axis, groups in self.actions:
+        for (axis, groups), scale in zip(self.actions, self._scales):
             n = x.shape[axis]
             moved = x.movedim(axis, -1)
+            if scale is not None:
+                s = scale.to(x.dtype).reshape(-1)
+                x = (moved - (moved * s).mean(-1, keepdim=True) / s).movedim(-1, axis)
+                continue
             grouped = moved.reshape(-1, groups, n // groups)
             grouped = grouped - grouped.mean(-1, keepdim=True)
             x = grouped.reshape(moved.shape).movedim(-1, axis)
         return x
 
     def extra_repr(self) -> str:
-        return ", ".join(f"axis={a}, groups={g}" for a, g in self.actions)
+        return ", ".join(f"axis={a}, groups={g}" + (", scaled" if s is not None else "")
+                         for (a, g), s in zip(self.actions, self._scales))
+
+
+class CenterOutput:
+    """A forward hook that centers a module's output: ``y - y.mean(axes, keepdim=True)``, an
+    inserted centering (method.md section 8, what src/fold/apply_plan.cpp's insertCenterings
+    writes as aten mean + sub after the planned node). A class, not a closure, so a folded model
+    still pickles with ``torch.save``."""
+
+    def __init__(self, axes: List[int], rank: int, where: str) -> None:
+        self.axes, self.rank, self.where = [int(a) for a in axes], int(rank), where
+
+    def __call__(self, module: nn.Module, args, output):
+        if not isinstance(output, torch.Tensor) or (self.rank >= 0 and output.dim() != self.rank):
+            raise FoldError(f"the inserted centering after {self.where} expects a tensor of rank {self.rank} "
+                            f"from that module, which returned {_describe(output)}: use foldnorm.fold_traced")
+        return output - output.mean(self.axes, keepdim=True)
+
+    def __repr__(self) -> str:
+        return f"CenterOutput(axes={self.axes})"
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of rank {x.dim()}"
+    return f"a {type(x).__name__}"
 
 
 @dataclass
@@ -71,8 +106,12 @@ class FoldSummary:
     functional: List[str] = field(default_factory=list)   #: foldable LNs with no module to swap
     centered: List[str] = field(default_factory=list)     #: parameters changed (or reparametrised)
     untied: List[str] = field(default_factory=list)       #: parameters given their own copy
+    scaled: List[str] = field(default_factory=list)       #: centered with a scale absorbed (method.md 7)
+    inserted: List[str] = field(default_factory=list)     #: inserted centerings (module: description)
     trainable: bool = False
+    capture: str = ""                                     #: torch.export | torch.jit.trace
     verified: bool = False
+    verification: str = ""                                #: "float64 on cpu" (where it ran)
     worst_relative_float64: float = 0.0                   #: over all outputs and input sets
     relative_error_native: Dict[str, float] = field(default_factory=dict)  #: in the model's dtype
 
@@ -92,6 +131,19 @@ def _tensor(owner: nn.Module, name: str, path: str) -> torch.Tensor:
         return owner._buffers[name]
     raise FoldError(f"the plan's parameter {path} is not a parameter or buffer of the eager module "
                     "(a tensor the trace baked in as a constant): use foldnorm.fold_traced")
+
+
+def _scale(root: nn.Module, path: str, planned: str) -> torch.Tensor:
+    """The scale a scaled centering of ``planned`` absorbs (LayerScale's gamma): the copy's own
+    tensor (a Parameter, so a trainable fold reads it as it trains)."""
+    owner, name = _owner(root, path)
+    if parametrize.is_parametrized(owner, name):
+        raise FoldError(f"the scale {path} that {planned} absorbs is parametrized in the model; "
+                        "foldnorm cannot read it")
+    t = _tensor(owner, name, path)
+    if not bool((t != 0).all()):
+        raise FoldError(f"the scale {path} that {planned} absorbs has a zero entry: it cannot be absorbed")
+    return t
 
 
 def _names_holding(root: nn.Module, tensor: torch.Tensor) -> List[Tuple[nn.Module, str]]:
@@ -149,7 +201,10 @@ def apply_plan(root: nn.Module, plan: List[ParameterPlan], trainable: bool, summ
         if list(original.shape) != p.shape:
             raise FoldError(f"{p.parameter} has shape {list(original.shape)} in the eager module but "
                             f"{p.shape} in the trace")
-        center = Center(p.center)
+        actions = p.actions
+        scale_names = [a.scale for a in actions]
+        live = [_scale(root, n, p.parameter) if n else None for n in scale_names]
+        center = Center(actions, [t.detach().to(torch.float64) if t is not None else None for t in live])
         if p.untie_mode == "in-place":
             targets = _names_holding(root, original)
         elif p.untie_mode == "redirect-reads":
@@ -159,7 +214,7 @@ def apply_plan(root: nn.Module, plan: List[ParameterPlan], trainable: bool, summ
         if trainable:
             for m, n in targets:
                 if (id(m), n) not in done:
-                    parametrize.register_parametrization(m, n, Center(p.center))
+                    parametrize.register_parametrization(m, n, Center(actions, live))
                     done.add((id(m), n))
         else:
             with torch.no_grad():
@@ -173,6 +228,8 @@ def apply_plan(root: nn.Module, plan: List[ParameterPlan], trainable: bool, summ
                     done.add((id(m), n))
             done.add((id(owner), name))
         summary.centered.append(p.parameter)
+        if any(scale_names):
+            summary.scaled.append(p.parameter)
         if p.untie:
             summary.untied.append(p.parameter)
 
@@ -215,6 +272,25 @@ def swap_layer_norms(root: nn.Module, report: Report, summary: FoldSummary) -> N
         summary.folded.append(path)
 
 
+def insert_centerings(root: nn.Module, report: Report, summary: FoldSummary) -> None:
+    """Each inserted centering of the plan as a forward hook on the module whose output the
+    planned node makes (the module of ``after``: an embedding LayerNorm in BLOOM and pre-LN
+    RoBERTa). Runs after the LN swap, so the hook sits on the module the folded model calls."""
+    for ins in report.insertions:
+        if not ins.inserted:
+            continue
+        where = f"{ins.op} @ {ins.module or '<top>'}"
+        try:
+            module = root.get_submodule(ins.module) if ins.module else None
+        except AttributeError:
+            module = None
+        if module is None or module is root:
+            raise FoldError(f"the plan inserts a centering after {where}, which is not the output of a "
+                            "submodule of the eager model: use foldnorm.fold_traced (which inserts it in the graph)")
+        module.register_forward_hook(CenterOutput(ins.axes, ins.rank, where))
+        summary.inserted.append(f"{ins.module}: {ins.description}")
+
+
 def untie_config(root: nn.Module, summary: FoldSummary) -> None:
     """A split tie must stay split through save_pretrained/from_pretrained."""
     config = getattr(root, "config", None)
@@ -226,13 +302,17 @@ def untie_config(root: nn.Module, summary: FoldSummary) -> None:
             c.tie_word_embeddings = False
 
 
-def build(model: nn.Module, report: Report, trainable: bool, float64: bool) -> Tuple[nn.Module, FoldSummary]:
+def build(model: nn.Module, report: Report, trainable: bool, float64: bool,
+          device: Optional[torch.device] = None) -> Tuple[nn.Module, FoldSummary]:
     folded = copy.deepcopy(model)
+    if device is not None:
+        folded = folded.to(device)
     if float64:
         folded = folded.double()
     summary = FoldSummary(trainable=trainable)
     leaf_modules = {leaf["id"]: leaf["node"]["module"] for leaf in report.data.get("leaves", [])}
     apply_plan(folded, report.plan, trainable, summary, leaf_modules)
     swap_layer_norms(folded, report, summary)
+    insert_centerings(folded, report, summary)
     untie_config(folded, summary)
     return folded, summary

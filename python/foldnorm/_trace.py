@@ -14,12 +14,12 @@ import inspect
 import json
 import os
 import tempfile
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
-from .errors import FoldnormError
+from .errors import ArgumentError, FoldnormError, first_line
 
 ExampleInputs = Union[torch.Tensor, Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
 
@@ -42,14 +42,14 @@ class Inputs:
             self.names = None
             self.tensors = tuple(example_inputs)
         else:
-            raise TypeError("example_inputs must be a tensor, a tuple/list of tensors or a dict of "
+            raise ArgumentError("example_inputs must be a tensor, a tuple/list of tensors or a dict of "
                             f"keyword tensors, not {type(example_inputs).__name__}")
         for i, t in enumerate(self.tensors):
             if not isinstance(t, torch.Tensor):
                 name = self.names[i] if self.names else f"#{i}"
-                raise TypeError(f"example input {name} is a {type(t).__name__}, not a tensor")
+                raise ArgumentError(f"example input {name} is a {type(t).__name__}, not a tensor")
             if t.dtype not in _DTYPES:
-                raise TypeError(f"example input {i} has dtype {t.dtype}; foldnorm reads "
+                raise ArgumentError(f"example input {i} has dtype {t.dtype}; foldnorm reads "
                                 f"{', '.join(_DTYPES.values())}")
 
     def specs(self) -> List[str]:
@@ -139,8 +139,7 @@ def trace(model: nn.Module, inputs: Inputs) -> Tuple[torch.jit.ScriptModule, Lis
     except FoldnormError:
         raise
     except Exception as e:  # a model the tracer cannot follow: one line, the tracer's reason
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise FoldnormError(f"cannot trace {type(model).__name__}: {first}") from e
+        raise FoldnormError(f"cannot trace {type(model).__name__}: {first_line(e)}") from None
     finally:
         if own_forward is not None:
             model.forward = own_forward
@@ -161,22 +160,43 @@ def save_with_specs(module: torch.jit.ScriptModule, specs: List[str], folder: st
 @contextlib.contextmanager
 def as_file(model: Union[str, os.PathLike, torch.jit.ScriptModule, nn.Module],
             example_inputs: Optional[ExampleInputs]) -> Iterator[Tuple[str, List[str], List[str]]]:
-    """(path, input specs, output names) for a path, a ScriptModule or an eager module; files
-    made here live in a temporary folder for the block only."""
+    """(path, input specs, output names) of a path, a ScriptModule or an eager module (traced:
+    what the checkpoint planner reads), with files made here living for the block only. The
+    public calls use read_model, which exports first."""
     if isinstance(model, (str, os.PathLike)):
-        specs = Inputs(example_inputs).specs() if example_inputs is not None else []
-        yield os.fspath(model), specs, []
+        yield os.fspath(model), (Inputs(example_inputs).specs() if example_inputs is not None else []), []
         return
-    if example_inputs is None:
-        raise TypeError("example_inputs are needed to analyse a module (only a saved file can carry "
-                        "its own input spec)")
     inputs = Inputs(example_inputs)
     with tempfile.TemporaryDirectory(prefix="foldnorm-") as folder:
         if isinstance(model, torch.jit.ScriptModule):
             yield save_with_specs(model, inputs.specs(), folder), inputs.specs(), []
-        elif isinstance(model, nn.Module):
+        else:
             traced, names = trace(model, inputs)
             yield save_with_specs(traced, inputs.specs(), folder), inputs.specs(), names
-        else:
-            raise TypeError(f"model must be an nn.Module, a ScriptModule or a path, not "
-                            f"{type(model).__name__}")
+
+
+def read_model(model: Union[str, os.PathLike, torch.jit.ScriptModule, nn.Module],
+               example_inputs: Optional[ExampleInputs], read: Callable[[str, List[str]], Any], *,
+               export_first: bool = True) -> Tuple[Any, List[str], str]:
+    """``read(path, input specs)`` (the core's import and what follows) of a path, a ScriptModule
+    or an eager module, the latter captured with torch.export (else traced; ``export_first=False``:
+    traced only). Files made here live in a temporary folder while ``read`` runs. Returns (what
+    ``read`` returned, output names, the capture: "torch.export", "torch.jit.trace",
+    "scriptmodule" or "file")."""
+    if isinstance(model, (str, os.PathLike)):
+        specs = Inputs(example_inputs).specs() if example_inputs is not None else []
+        return read(os.fspath(model), specs), [], "file"
+    if not isinstance(model, nn.Module):
+        raise ArgumentError(f"model must be an nn.Module, a ScriptModule or a path, not {type(model).__name__}")
+    if example_inputs is None:
+        raise ArgumentError("example_inputs are needed to analyse a module (only a saved file can carry "
+                        "its own input spec)")
+    inputs = Inputs(example_inputs)
+    with tempfile.TemporaryDirectory(prefix="foldnorm-") as folder:
+        if isinstance(model, torch.jit.ScriptModule):
+            return read(save_with_specs(model, inputs.specs(), folder), inputs.specs()), [], "scriptmodule"
+        if export_first:
+            from ._capture import capture
+            return capture(model, inputs, folder, read)
+        traced, names = trace(model, inputs)
+        return read(save_with_specs(traced, inputs.specs(), folder), inputs.specs()), names, "torch.jit.trace"

@@ -11,8 +11,8 @@ from torch import nn
 
 from . import _foldnorm
 from ._fold import FoldSummary, build
-from ._trace import ExampleInputs, Inputs, as_file, eval_mode, flatten_outputs, hf_call_options
-from .errors import FoldError
+from ._trace import ExampleInputs, Inputs, eval_mode, flatten_outputs, hf_call_options, read_model
+from .errors import ArgumentError, FoldError, public, stage
 from .report import Report
 
 ModelLike = Union[nn.Module, torch.jit.ScriptModule, str, os.PathLike]
@@ -21,18 +21,29 @@ ModelLike = Union[nn.Module, torch.jit.ScriptModule, str, os.PathLike]
 FLOAT64_TOLERANCE = 1e-9
 
 
+@public
 def analyze(model: ModelLike, example_inputs: Optional[ExampleInputs] = None, *,
-            untie: bool = True) -> Report:
+            untie: bool = True, scale_absorb: bool = True, insert_centering: bool = True) -> Report:
     """Which LayerNorms of ``model`` fold into RMSNorm, which parameters to center, and why not.
 
-    ``model``: an ``nn.Module`` (traced here, in eval mode, with ``example_inputs``: a tensor, a
-    tuple of tensors, or a dict of keyword tensors for Hugging Face models), a ``ScriptModule``
-    or the path of a traced ``.pt`` (which may carry its own input spec). ``untie=False`` never
-    copies a tied parameter: the LNs that need one are reported not foldable.
-    Raises FoldnormError with the CLI's message for a model the core cannot read.
+    ``model``: an ``nn.Module`` (captured here in eval mode with ``torch.export`` (non-strict),
+    else traced, with ``example_inputs``: a tensor, a tuple of tensors, or a dict of keyword
+    tensors for Hugging Face models; ``Report.capture`` says which), a ``ScriptModule`` or the
+    path of a traced ``.pt`` or a ``.pt2`` (which carry their own input specs). ``untie=False``
+    never copies a tied parameter: the LNs that need one are reported not foldable.
+    ``scale_absorb=False`` / ``insert_centering=False``: the analysis' ``--no-scale-absorb`` /
+    ``--no-insert-centering``. Every failure is one FoldnormError line.
     """
-    with as_file(model, example_inputs) as (path, specs, names):
-        return Report(_foldnorm.analyze(path, specs, untie), names)
+    return _analyze(model, example_inputs, untie, scale_absorb, insert_centering)
+
+
+def _analyze(model, example_inputs, untie: bool = True, scale_absorb: bool = True,
+             insert_centering: bool = True) -> Report:
+    def read(path, specs):
+        return _foldnorm.analyze(path, specs, untie, [], scale_absorb, insert_centering)
+    analysis, names, how = read_model(model, example_inputs, read)
+    with stage("reading the analysis"):
+        return Report(analysis, names, how)
 
 
 def _random_like(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -69,8 +80,10 @@ def _compare(reference, folded, what: str) -> float:
     return worst
 
 
+@public
 def fold(model: nn.Module, example_inputs: ExampleInputs, *, untie: bool = True, verify: bool = True,
-         trainable: bool = False, random_inputs: int = 3) -> nn.Module:
+         trainable: bool = False, random_inputs: int = 3, scale_absorb: bool = True,
+         insert_centering: bool = True, verify_device: Union[str, torch.device] = "cpu") -> nn.Module:
     """A deep copy of the eager ``model`` with the planned parameters centered (float64
     arithmetic, cast back), ties split where the plan unties, and each foldable ``nn.LayerNorm``
     replaced by ``foldnorm.RMSNorm`` (same weight, bias, eps). ``model`` itself is not changed.
@@ -80,31 +93,43 @@ def fold(model: nn.Module, example_inputs: ExampleInputs, *, untie: bool = True,
     integers within the example's range); an output off by more than 1e-9 (relative) raises
     FoldError naming it. ``trainable``: the centered tensors are reparametrised as their centered
     projection (CBWC), so fine-tuning keeps the fold exact. The returned module carries a
-    ``foldnorm_summary`` (FoldSummary): what was folded, kept, centered, untied, and the errors.
+    ``foldnorm_summary`` (FoldSummary): what was folded, kept, centered, scaled, inserted,
+    untied, the capture used, and the errors. The plan executed is the analysis' (the report's
+    ``plan``, ``scale_absorptions`` and ``insertions``, the description the C++ fold executes).
+    ``verify_device``: where the float64 copies run ("cpu" by default, whatever the model's device
+    and dtype: a bfloat16 or CUDA model is checked in float64 on the CPU; the summary says where).
+    Every failure is one FoldnormError line (FoldError for a fold that does not verify).
     """
     if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
-        raise TypeError("fold() takes an eager nn.Module; use fold_traced() for a ScriptModule or a path")
-    report = analyze(model, example_inputs, untie=untie)
-    folded, summary = build(model, report, trainable, float64=False)
+        raise ArgumentError("fold() takes an eager nn.Module; use fold_traced() for a ScriptModule or a path")
+    name = type(model).__name__
+    report = _analyze(model, example_inputs, untie, scale_absorb, insert_centering)
+    with stage(f"the eager fold of {name} failed", FoldError):
+        folded, summary = build(model, report, trainable, float64=False)
+    summary.capture = report.capture
     inputs = Inputs(example_inputs)
     extra = hf_call_options(model)
-    with eval_mode(model), eval_mode(folded):  # practical equivalence, reported, not enforced
-        reference, ours = _outputs(model, inputs, extra), _outputs(folded, inputs, extra)
-    _compare(reference, ours, "native dtype")  # same outputs, same integer outputs
-    summary.relative_error_native = {n: _compare([(n, a)], [(n, b)], "native dtype")
-                                     for (n, a), (_, b) in zip(reference, ours)}
+    with stage(f"running the folded {name} failed", FoldError):
+        with eval_mode(model), eval_mode(folded):  # practical equivalence, reported, not enforced
+            reference, ours = _outputs(model, inputs, extra), _outputs(folded, inputs, extra)
+        _compare(reference, ours, "native dtype")  # same outputs, same integer outputs
+        summary.relative_error_native = {n: _compare([(n, a)], [(n, b)], "native dtype")
+                                         for (n, a), (_, b) in zip(reference, ours)}
     if verify:
-        _verify(model, report, inputs, extra, trainable, random_inputs, summary)
+        with stage(f"verifying the fold of {name} in float64 failed", FoldError):
+            _verify(model, report, inputs, extra, trainable, random_inputs, summary, torch.device(verify_device))
     folded.foldnorm_summary = summary
     return folded
 
 
 def _verify(model: nn.Module, report: Report, inputs: Inputs, extra, trainable: bool,
-            random_inputs: int, summary: FoldSummary) -> None:
-    reference = copy.deepcopy(model).double()
-    folded64, _ = build(model, report, trainable, float64=True)
+            random_inputs: int, summary: FoldSummary, device: torch.device = torch.device("cpu")) -> None:
+    reference = copy.deepcopy(model).to(device).double()
+    folded64, _ = build(model, report, trainable, float64=True, device=device)
     g = torch.Generator().manual_seed(0)
-    input_sets = [inputs] + [inputs.mapped(lambda t: _random_like(t, g)) for _ in range(random_inputs)]
+    on_device = inputs.mapped(lambda t: t.to(device))
+    input_sets = [on_device] + [on_device.mapped(lambda t: _random_like(t.cpu(), g).to(device))
+                                for _ in range(random_inputs)]
     # Factory calls without a dtype follow the default: float64 here, or a model's own
     # torch.full(..., finfo(float64).min) overflows float32 (OPT in transformers 4.41).
     default = torch.get_default_dtype()
@@ -114,6 +139,7 @@ def _verify(model: nn.Module, report: Report, inputs: Inputs, extra, trainable: 
     finally:
         torch.set_default_dtype(default)
     summary.verified = True
+    summary.verification = f"float64 on {device}"
 
 
 def _verify_runs(reference: nn.Module, folded64: nn.Module, input_sets: List[Inputs], extra,
@@ -126,6 +152,7 @@ def _verify_runs(reference: nn.Module, folded64: nn.Module, input_sets: List[Inp
             summary.worst_relative_float64 = max(summary.worst_relative_float64, worst)
 
 
+@public
 def fold_traced(path_or_scriptmodule: ModelLike, example_inputs: Optional[ExampleInputs] = None,
                 out: Optional[Union[str, os.PathLike]] = None, rms_op: str = "foldnorm", *,
                 untie: bool = True, verify: bool = True, random_inputs: int = 3,
@@ -138,10 +165,11 @@ def fold_traced(path_or_scriptmodule: ModelLike, example_inputs: Optional[Exampl
     is written then). The fold report (schema foldnorm-fold/1) is the result's
     ``foldnorm_report`` attribute.
     """
-    with as_file(path_or_scriptmodule, example_inputs) as (path, specs, names):
+    def read(path, specs):
         analysis = _foldnorm.analyze(path, specs, untie)
-        text, module = analysis.fold(rms_op, verify, random_inputs, device,
-                                     os.fspath(out) if out is not None else "")
+        return analysis.fold(rms_op, verify, random_inputs, device, os.fspath(out) if out is not None else "")
+    # An eager module is traced (the result is a ScriptModule); a .pt2 path folds into a .pt2.
+    (text, module), names, _ = read_model(path_or_scriptmodule, example_inputs, read, export_first=False)
     fold_report = json.loads(text)
     v = fold_report["verification"]
     if v.get("ran") and not v["float64_equivalent"]:
@@ -150,6 +178,13 @@ def fold_traced(path_or_scriptmodule: ModelLike, example_inputs: Optional[Exampl
                  f"relative error {c['max_rel']:.3e}" for c in bad]
         raise FoldError("diverged in float64: " + "; ".join(named) + f" > {FLOAT64_TOLERANCE:.0e}"
                         + ("; nothing written" if out is not None else ""))
+    if module is None:  # a .pt2: the folded program was written to `out`
+        if out is None:
+            return None
+        with stage(f"loading the folded program {os.fspath(out)}"):
+            program = torch.export.load(os.fspath(out))
+        program.foldnorm_report = fold_report
+        return program
     folded = torch.jit._recursive.wrap_cpp_module(module)
     folded.foldnorm_report = fold_report
     return folded

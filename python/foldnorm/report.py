@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 
 def _node(j: Optional[Dict[str, Any]]) -> Optional[str]:
@@ -44,24 +44,64 @@ class LayerNormVerdict:
         return f"<LayerNorm {self.module or '<top>'}: {verdict}>"
 
 
+class CenterAction(NamedTuple):
+    """One centering of a plan entry (CenterAction in include/foldnorm/analysis/facts.h, the
+    JSON's ``plan[].center[]``): subtract the mean along ``axis`` within ``groups`` equal parts;
+    with a ``scale`` (a parameter path: scale absorption, method.md section 7) subtract
+    ``mean_k(scale_k x[k]) / scale_c`` instead, so that ``scale * x`` becomes mean-zero."""
+
+    axis: int
+    groups: int
+    scale: Optional[str] = None
+
+
 @dataclass
 class ParameterPlan:
-    """One parameter the fold changes (ParameterPlan in include/foldnorm/analysis/analysis.h)."""
+    """One parameter the fold changes (ParameterPlan in include/foldnorm/analysis/analysis.h, the
+    JSON's ``plan[]``): the one description of it that the eager fold executes."""
 
     parameter: str                      #: attribute path (= the eager parameter name)
     shape: List[int]
-    center: List[Tuple[int, int]]       #: (axis, groups): subtract the mean along axis, per group
+    actions: List[CenterAction]         #: the centerings, applied in order
     untie: bool                         #: other reads of its storage keep the original
     untie_mode: str                     #: in-place | own-attribute | redirect-reads
     untie_bytes: int
     leaves: List[int] = field(default_factory=list)  #: ids of the centered leaves that read it
+
+    @property
+    def center(self) -> List[Tuple[int, int]]:
+        """(axis, groups) of each action (``actions`` also has the scales)."""
+        return [(a.axis, a.groups) for a in self.actions]
+
+    @center.setter
+    def center(self, pairs: List[Tuple[int, int]]) -> None:
+        self.actions = [CenterAction(int(a), int(g)) for a, g in pairs]
+
+    @property
+    def scaled(self) -> bool:
+        return any(a.scale is not None for a in self.actions)
+
+
+@dataclass
+class Insertion:
+    """One inserted centering the analysis considered (InsertedCentering in analysis.h, the
+    JSON's ``insertions[]``, method.md section 8): ``x - x.mean(axes, keepdim=True)`` at the output
+    of the node ``op @ module``, a tensor of rank ``rank``. Only ``inserted`` ones are executed."""
+
+    op: str
+    module: str
+    axes: List[int]
+    rank: int
+    inserted: bool
+    description: str
+    why: str = ""                       #: refused: why
 
 
 class Report:
     """What ``foldnorm.analyze`` returns. ``layer_norms`` (graph order), ``plan``, ``to_json()``;
     ``repr`` is the CLI's text report, ``_repr_html_`` a verdict table and one LN's graph."""
 
-    def __init__(self, analysis, output_names: Optional[List[str]] = None) -> None:
+    def __init__(self, analysis, output_names: Optional[List[str]] = None, capture: str = "file") -> None:
         self._analysis = analysis  # _foldnorm.Analysis: keeps the graph for rendering and folding
         self._json = analysis.json()
         self.data: Dict[str, Any] = json.loads(self._json)
@@ -79,10 +119,19 @@ class Report:
                 has_weight=ln["has_weight"], has_bias=ln["has_bias"], raw=ln))
         self.plan: List[ParameterPlan] = [
             ParameterPlan(parameter=p["parameter"], shape=list(p["shape"]),
-                          center=[(int(a["axis"]), int(a["groups"])) for a in p["center"]],
+                          actions=[CenterAction(int(a["axis"]), int(a["groups"]), a.get("scale"))
+                                   for a in p["center"]],
                           untie=bool(p["untie"]), untie_mode=p["untie_mode"],
                           untie_bytes=int(p["untie_bytes"]), leaves=[int(l) for l in p["leaves"]])
             for p in self.data["plan"]]
+        self.insertions: List[Insertion] = [
+            Insertion(op=i["after"]["op"], module=i["after"]["module"], axes=[int(a) for a in i["axes"]],
+                      rank=int(i["rank"]), inserted=bool(i["inserted"]), description=i["description"],
+                      why=i.get("why", ""))
+            for i in self.data.get("insertions", [])]
+        #: How the model was captured for the analysis: "torch.export", "torch.jit.trace", or
+        #: "file" / "scriptmodule" for what came captured.
+        self.capture: str = capture
 
     @property
     def foldable(self) -> List[LayerNormVerdict]:

@@ -1,9 +1,11 @@
 // _foldnorm: the C++ core for the Python package (python/foldnorm/, docs/python.md).
 //
-// Everything the CLI does on a saved TorchScript file, without the CLI: import + analysis (an
-// Analysis object that keeps the graph, so a notebook can render an LN's `ln:` view later), and
-// the traced fold, whose folded ScriptModule comes back to Python through torch's own pybind
-// casters (torch/extension.h), so it never needs to be written and re-read. foldnorm::Error
+// Everything the CLI does on a saved TorchScript file or torch.export archive (.pt2, the importer
+// picked by content: importModel), without the CLI: import + analysis (an Analysis object that
+// keeps the graph, so a notebook can render an LN's `ln:` view later), and the fold: of a
+// TorchScript file, whose folded ScriptModule comes back to Python through torch's own pybind
+// casters (torch/extension.h), so it never needs to be written and re-read; of a .pt2, written
+// as a .pt2 (fold/fold_export.h) as `foldnorm fold` does. foldnorm::Error
 // (every user-caused problem) reaches Python as foldnorm.FoldnormError with the CLI's text.
 #include <torch/extension.h>
 
@@ -19,6 +21,8 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/fold/fold_export.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/torch/torch_model.h"
 #ifdef FOLDNORM_WITH_RENDER
@@ -56,7 +60,7 @@ std::shared_ptr<Analysis> analyze(const std::string& path, const std::vector<std
   io.inputs = parseSpecs(inputs);
   {
     py::gil_scoped_release release;
-    a->model = importTorchScript(path, io);
+    a->model = importModel(path, io);
     try {
       a->result = analyzeFoldability(a->model.graph, a->options);
     } catch (const UnknownLayerNormPath& e) {
@@ -87,14 +91,29 @@ std::vector<std::string> lnNames(const Analysis& a) {
 #endif
 }
 
-/// The traced fold (the CLI's `foldnorm fold`): returns (fold report JSON, folded module). The
-/// module is saved to `out` only when verification passed (or did not run).
+/// The CLI's `foldnorm fold`: returns (fold report JSON, folded module). The module is saved to
+/// `out` only when verification passed (or did not run). A .pt2 is folded into a .pt2 (written
+/// to `out` when given; the module returned is None: Python loads the file with torch.export).
 py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, int randomInputs,
                      const std::string& device, const std::string& out) {
   FoldOptions fo;
   if (rmsOp == "aten") fo.rmsOp = RmsOp::Aten;
   else if (rmsOp == "foldnorm") fo.rmsOp = RmsOp::Foldnorm;
   else throw SettingError("rms_op", "rms_op must be 'foldnorm' or 'aten', not '" + rmsOp + "'");
+  if (a.model.exported) {
+    fo.verify = verify;
+    fo.randomInputs = randomInputs;
+    fo.device = device;
+    if (!out.empty()) checkOutputPath(a.model.path, out);
+    FoldedExport folded;
+    {
+      py::gil_scoped_release release;
+      folded = foldExport(a.model, a.result, fo, exportRmsOpFromName(rmsOp));
+      const auto& v = folded.report.verification;
+      if (!out.empty() && (!v.ran || v.float64Equivalent)) folded.report.savedFile = saveFoldedExport(folded, a.model, out);
+    }
+    return py::make_tuple(toJson(folded.report).dump(), py::none());
+  }
   if (randomInputs < 0 || randomInputs > 100)
     throw SettingError("random_inputs", "random_inputs must be within [0, 100]");
   fo.verify = verify;
@@ -158,6 +177,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "The analysis as the CLI's JSON (schema foldnorm-analysis/1)")
       .def("text", [](const Analysis& a, bool verbose) { return toText(a.model.graph, a.result, verbose); },
            py::arg("verbose") = false, "The CLI's text report")
+      .def("format", [](const Analysis& a) { return a.model.exported ? "pt2" : "torchscript"; },
+           "What the analysed file is: a torch.export archive (pt2) or TorchScript")
       .def("input_specs", [](const Analysis& a) {
              std::vector<std::string> s;
              for (const auto& spec : a.model.inputSpecs) s.push_back(spec.toString());
@@ -174,8 +195,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
         py::arg("untie") = true, py::arg("only") = std::vector<std::string>{}, py::arg("scale_absorb") = true,
         py::arg("insert_centering") = true,
-        "Imports a traced TorchScript file and analyses it (the CLI's analyze; scale_absorb and "
-        "insert_centering are its --no-scale-absorb and --no-insert-centering)");
+        "Imports a TorchScript file or a .pt2 (by content) and analyses it (the CLI's analyze; "
+        "scale_absorb and insert_centering are its --no-scale-absorb and --no-insert-centering)");
   m.def("fold_checkpoint", &foldCheckpoint, py::arg("src"), py::arg("out"), py::arg("plan"),
         py::arg("dry_run") = false, py::arg("progress") = true,
         "Folds a safetensors checkpoint folder with a pattern plan (JSON text); returns the result JSON");

@@ -107,3 +107,45 @@ class Logits(torch.nn.Module):
 
     def forward(self, x):
         return self.m(input_ids=x, use_cache=False).logits
+
+
+def perturb(model: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
+    """The corpus' perturbation (tests/corpus/corpus_lib.py): norm affines, biases and constant
+    parameters (LayerScale gammas) get noise, so a fold that forgets one of them shows."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus"))
+    from corpus_lib import perturb as corpus_perturb
+    corpus_perturb(model, seed)
+    return model.eval()
+
+
+def tiny_dinov2(seed: int = 0):
+    """Dinov2Model (LayerScale: the plan absorbs each lambda into the projection before it),
+    perturbed; returns (model, keyword inputs)."""
+    tf = transformers()
+    torch.manual_seed(seed)
+    config = tf.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                             image_size=32, patch_size=8, layerscale_value=0.1, attn_implementation="eager")
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(seed + 1))
+    return perturb(tf.Dinov2Model(config)), {"pixel_values": pixels}
+
+
+def tiny_roberta_prelayernorm(seed: int = 0):
+    """RobertaPreLayerNormModel (the stream starts at embeddings.LayerNorm's affine output: the
+    plan inserts one centering after it), perturbed; returns (model, keyword inputs)."""
+    tf = transformers()
+    torch.manual_seed(seed)
+    config = tf.RobertaPreLayerNormConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                          intermediate_size=64, max_position_embeddings=40, pad_token_id=1,
+                                          attn_implementation="eager")
+    x = ids(vocab=64)
+    return perturb(tf.RobertaPreLayerNormModel(config)), {"input_ids": x, "attention_mask": torch.ones_like(x)}
+
+
+def tiny_bloom(seed: int = 0):
+    """BloomForCausalLM: its GeLU is a Python autograd.Function in transformers 5.24, which
+    torch.jit.trace refuses and torch.export captures; perturbed; returns (model, keyword inputs)."""
+    tf = transformers()
+    torch.manual_seed(seed)
+    config = tf.BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=2, attn_implementation="eager")
+    x = ids(vocab=64)
+    return perturb(tf.BloomForCausalLM(config)), {"input_ids": x, "attention_mask": torch.ones_like(x)}
