@@ -106,7 +106,7 @@ TEST_CASE("centerInPlace centers each group along the axis in float64, one round
 
 TEST_CASE("safetensors headers round-trip and damaged shards are refused naming the tensor", "[checkpoint]") {
   const auto dir = scratch("headers");
-  writeShard(dir / "model.safetensors", {{"a.w", "", {3, 4}}, {"b.w", "", {5}}});
+  writeShard(dir / "model.safetensors", {{"a.w", "", {3, 4}, 0, 0, ""}, {"b.w", "", {5}, 0, 0, ""}});
   auto index = readCheckpointIndex(dir.string());
   REQUIRE(index.tensors.size() == 2);
   CHECK(index.tensors.at("a.w").shape == std::vector<int64_t>{3, 4});
@@ -114,7 +114,7 @@ TEST_CASE("safetensors headers round-trip and damaged shards are refused naming 
   CHECK(index.shards.front().dataStart % 8 == 0);
   CHECK(index.largestTensorBytes() == 48);
 
-  writeShard(dir / "model.safetensors", {{"a.w", "", {3, 4}}, {"b.w", "", {5}}}, 2);  // two floats short
+  writeShard(dir / "model.safetensors", {{"a.w", "", {3, 4}, 0, 0, ""}, {"b.w", "", {5}, 0, 0, ""}}, 2);  // two floats short
   CHECK_THROWS_WITH(readCheckpointIndex(dir.string()), Contains("b.w") && Contains("truncated"));
   std::filesystem::remove(dir / "model.safetensors");
   std::ofstream(dir / "pytorch_model.bin") << "x";
@@ -130,20 +130,20 @@ TEST_CASE("a plan is checked against the index: layers, names, ranks and LayerNo
   };
   const auto plan = parsePlan(planJson(), "plan");
   const nlohmann::json config = {{"n_layer", 2}};
-  auto good = shard({{"m.layers.0.w", "", {4, 3}}, {"m.layers.0.ln.weight", "", {4}},
-                     {"m.layers.1.w", "", {4, 3}}, {"m.layers.1.ln.weight", "", {4}}});
+  auto good = shard({{"m.layers.0.w", "", {4, 3}, 0, 0, ""}, {"m.layers.0.ln.weight", "", {4}, 0, 0, ""},
+                     {"m.layers.1.w", "", {4, 3}, 0, 0, ""}, {"m.layers.1.ln.weight", "", {4}, 0, 0, ""}});
   auto r = resolvePlan(plan, good, config);
   CHECK(r.layers == 2);
   CHECK(r.center.size() == 2);
   CHECK(r.rmsNorms == std::vector<std::string>{"m.layers.0.ln", "m.layers.1.ln"});
   CHECK_THROWS_WITH(resolvePlan(plan, good, nlohmann::json{{"n_layer", 3}}), Contains("n_layer = 3"));
 
-  auto rank = shard({{"m.layers.0.w", "", {4, 3}}, {"m.layers.0.ln.weight", "", {4}},
-                     {"m.layers.1.w", "", {12}}, {"m.layers.1.ln.weight", "", {4}}});
+  auto rank = shard({{"m.layers.0.w", "", {4, 3}, 0, 0, ""}, {"m.layers.0.ln.weight", "", {4}, 0, 0, ""},
+                     {"m.layers.1.w", "", {12}, 0, 0, ""}, {"m.layers.1.ln.weight", "", {4}, 0, 0, ""}});
   CHECK_THROWS_WITH(resolvePlan(plan, rank, config), Contains("m.layers.1.w has rank 1"));
-  auto noLn = shard({{"m.layers.0.w", "", {4, 3}}, {"m.layers.0.ln.weight", "", {4}}, {"m.layers.1.w", "", {4, 3}}});
+  auto noLn = shard({{"m.layers.0.w", "", {4, 3}, 0, 0, ""}, {"m.layers.0.ln.weight", "", {4}, 0, 0, ""}, {"m.layers.1.w", "", {4, 3}, 0, 0, ""}});
   CHECK_THROWS_WITH(resolvePlan(plan, noLn, config), Contains("m.layers.1.ln.weight"));
-  auto gap = shard({{"m.layers.0.w", "", {4, 3}}, {"m.layers.0.ln.weight", "", {4}}, {"m.layers.2.w", "", {4, 3}}});
+  auto gap = shard({{"m.layers.0.w", "", {4, 3}, 0, 0, ""}, {"m.layers.0.ln.weight", "", {4}, 0, 0, ""}, {"m.layers.2.w", "", {4, 3}, 0, 0, ""}});
   CHECK_THROWS_WITH(resolvePlan(plan, gap, nlohmann::json::object()), Contains("m.layers.1"));
 
   auto scaled = planJson();
