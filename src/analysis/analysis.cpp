@@ -341,9 +341,14 @@ std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& op
                " would need centering along different axes by different leaves", param);
       continue;
     }
+    // Only the reads of this parameter's storage: a leaf also reads other parameters (an
+    // embedding's index buffer, a linear's bias, a scaled leaf's gamma), and the fold redirects
+    // every covered read to this parameter's centered copy (UntieMode::RedirectReads).
+    const auto group = storageGroup(param);
     std::set<std::pair<ValueId, NodeId>> covered;
     for (auto l : leafIds)
-      for (const auto& u : leafParameterUses(g, result.leaves[l])) covered.insert(u);
+      for (const auto& u : leafParameterUses(g, result.leaves[l]))
+        if (std::find(group.begin(), group.end(), g.value(u.first).param) != group.end()) covered.insert(u);
     ParameterPlan pp;
     pp.param = param;
     pp.actions = actions;
@@ -355,7 +360,7 @@ std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& op
       return std::nullopt;
     };
     std::set<ValueId> other;
-    for (auto member : storageGroup(param))
+    for (auto member : group)
       for (auto read : g.parameter(member).reads)
         if (uncovered(read)) other.insert(read);
     if (!other.empty()) {
