@@ -52,7 +52,8 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs);
 
-/// Inlined copy of a module's forward graph.
+/// Inlined copy of a module's forward graph, without dead code but LayerNorms (the results of
+/// inlined calls that nothing reads).
 std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& module);
 
 /// The module's own forward graph, inlined in place (what runs and what gets saved). A fresh
