@@ -15,8 +15,11 @@ std::vector<LeafId> leafUnion(const std::vector<LeafId>& a, const std::vector<Le
 }
 
 /// The rows [start, end) a slice, narrow or select takes along a dim of `size` rows; nullopt
-/// when its bounds are not constants or its step is not 1.
-std::optional<std::pair<int64_t, int64_t>> takenRows(const Graph& g, const Node& n, int64_t size) {
+/// when its step is not 1 or its bounds are neither constants nor implied by the recorded shape
+/// (PiT's x[:, :token_length] with token_length = cls_tokens.shape[1], traced as aten::size:
+/// with one bound constant the other is where the recorded output length puts it).
+std::optional<std::pair<int64_t, int64_t>> takenRows(const Graph& g, const Node& n, int64_t size,
+                                                     std::optional<int64_t> outLength = std::nullopt) {
   auto arg = [&](std::size_t slot, int64_t absent) -> std::optional<int64_t> {
     if (slot >= n.inputs.size() || g.isNoneValue(n.inputs[slot])) return absent;
     return g.constantInt(n.inputs[slot]);
@@ -36,7 +39,10 @@ std::optional<std::pair<int64_t, int64_t>> takenRows(const Graph& g, const Node&
     return std::make_pair(s, s + *length);
   }
   auto start = arg(2, 0), end = arg(3, size), step = arg(4, 1);
-  if (!start || !end || !step || *step != 1) return std::nullopt;
+  if (!step || *step != 1) return std::nullopt;
+  if (outLength && start && !end) end = clamped(*start) + *outLength;
+  if (outLength && end && !start) start = clamped(*end) - *outLength;
+  if (!start || !end) return std::nullopt;
   int64_t s = clamped(*start), e = clamped(*end);
   return std::make_pair(s, std::max(s, e));
 }
@@ -166,7 +172,10 @@ void RowTracker::slice(const Node& n, const std::string& rule, std::vector<MeanZ
     if (!rows.parts.empty()) rows_[out] = std::move(rows);
     return;
   }
-  const auto taken = takenRows(g_, n, shape->at(*dim));
+  const auto* outShape = shapeOf(g_, out);
+  const auto taken = takenRows(g_, n, shape->at(*dim),
+                               outShape && outShape->size() == shape->size() ? std::optional<int64_t>(outShape->at(*dim))
+                                                                             : std::nullopt);
   if (!taken || taken->first >= taken->second) return;
   const auto [start, end] = *taken;
   RowFacts rows;
@@ -228,7 +237,9 @@ std::optional<std::pair<int64_t, int64_t>> rowsTakenAlong(const Graph& g, const 
   if (!shape || n.inputs.size() < 2) return std::nullopt;
   const auto dim = dimArg(g, n.inputs.at(1), int64_t(shape->size()));
   if (!dim || *dim != axis) return std::nullopt;
-  return takenRows(g, n, shape->at(*dim));
+  const auto* out = shapeOf(g, n.outputs.at(0));
+  return takenRows(g, n, shape->at(*dim),
+                   out && out->size() == shape->size() ? std::optional<int64_t>(out->at(*dim)) : std::nullopt);
 }
 
 }  // namespace
