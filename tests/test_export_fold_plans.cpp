@@ -208,7 +208,7 @@ TEST_CASE("a .pt2 that writes through views folds with the in-place ops kept", "
   }
 }
 
-TEST_CASE("second held-out sweep: a buffer-indexed table untied by redirected reads, a dead reader", "[python][export]") {
+TEST_CASE("second held-out sweep: a buffer-indexed table untied by redirected reads and a dead reader", "[python][export]") {
   auto dir = exportFixtures();
   if (dir.empty()) return skipTest("no Python here to export the fixtures with");
   ScratchDir out("foldnorm-export-heldout2");

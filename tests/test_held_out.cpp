@@ -99,7 +99,7 @@ TEST_CASE("a LayerNorm shaped by a size of an unrecorded value is refused in one
   CHECK_THROWS_WITH(findLayerNorms(g), Catch::Contains("normalized_shape or eps that is not a constant"));
 }
 
-TEST_CASE("a linear whose result nothing reads is not imported; a LayerNorm nobody reads is", "[held-out][graph]") {
+TEST_CASE("a linear whose result nothing reads is not imported but a LayerNorm nobody reads is", "[held-out][graph]") {
   // Inlined, a call whose result the caller ignores is dead code (an export keeps it whole).
   // Counted as a reader of the stream it made fc's centering look unsafe.
   std::string ir =
