@@ -22,7 +22,8 @@ namespace foldnorm::test {
 
 inline const std::vector<std::string> kExportPrograms{"tied_lm",     "prenorm",    "decomposed", "conv_ln",
                                                      "keywords",    "grad_region", "layerscale", "embed_ln",
-                                                     "grad_tied",   "grad_nested", "view_write"};
+                                                     "grad_tied",   "grad_nested", "view_write",
+                                                     "position_ids", "dead_reader"};
 
 /// The fixture folder, made once per build (into a private folder, then renamed, so parallel
 /// tests never read a half-written one). Empty when there is no Python here; a failing fixture

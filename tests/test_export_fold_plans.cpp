@@ -207,3 +207,34 @@ TEST_CASE("a .pt2 that writes through views folds with the in-place ops kept", "
     CHECK(fc4);
   }
 }
+
+TEST_CASE("second held-out sweep: a buffer-indexed table untied by redirected reads and a dead reader", "[python][export]") {
+  auto dir = exportFixtures();
+  if (dir.empty()) return skipTest("no Python here to export the fixtures with");
+  ScratchDir out("foldnorm-export-heldout2");
+  SECTION("the lookup's index buffer keeps its read; only the table's reads get the centered copy") {
+    // CLIPSeg's .pt2 fold crashed: the redirected untie of the position table also redirected
+    // the lookup's other operand, the position-id buffer, so the lookup got floats as indices.
+    auto f = foldChecked(dir, "position_ids", {}, ExportRmsOp::Aten, true, (out.path / "pos.pt2").string());
+    CHECK(f.analysis.foldableCount() == 2);  // the script's float64 oracle: both LNs, table untied
+    auto model = importExport(dir + "/position_ids.pt2");
+    const auto& g = model.graph;
+    const ParameterPlan* table = nullptr;
+    for (const auto& p : f.analysis.plan)
+      if (g.parameter(p.param).path == "pos.weight") table = &p;
+    REQUIRE(table != nullptr);
+    CHECK(table->untieMode == UntieMode::RedirectReads);
+    REQUIRE_FALSE(table->coveredReads.empty());
+    for (const auto& [read, node] : table->coveredReads) CHECK(g.parameter(g.value(read).param).path == "pos.weight");
+    CHECK(f.fold.added.size() == 1);
+  }
+  SECTION("a linear whose result nothing reads is no consumer of the stream") {
+    // The export keeps the dead call (DPT, CLIPSeg); its trace twin would not have it.
+    auto f = foldChecked(dir, "dead_reader", {}, ExportRmsOp::Aten, true, (out.path / "dead.pt2").string());
+    CHECK(f.analysis.foldableCount() == 2);
+    auto model = importExport(dir + "/dead_reader.pt2");
+    for (std::size_t n = 0; n < model.graph.nodeCount(); ++n)
+      for (auto in : model.graph.node(n).inputs)
+        if (auto p = model.graph.value(in).param; p != kNone) CHECK(model.graph.parameter(p).path.rfind("probe", 0) != 0);
+  }
+}

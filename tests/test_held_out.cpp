@@ -1,10 +1,12 @@
-// Forms the held-out sweep (docs/held-out.md) met in models traced from code not written here:
+// Forms the held-out sweeps (docs/held-out.md) met in models traced from code not written here:
 // a LayerNorm whose normalized_shape is built at run time from aten::size (F.layer_norm(h,
-// (h.shape[-1],))), which used to refuse the import, analysed, folded and verified in float64.
+// (h.shape[-1],))), which used to refuse the import, analysed, folded and verified in float64;
+// dead code (a linear whose result nothing reads), which used to count as a reader of the stream.
 #include <catch2/catch.hpp>
 
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/graph/summary.h"
+#include "foldnorm/torch/torch_model.h"
 #include "helpers.h"
 
 using namespace foldnorm;
@@ -95,4 +97,42 @@ TEST_CASE("a LayerNorm shaped by a size of an unrecorded value is refused in one
   for (auto v : {x, shape, none, none, eps}) g.addInput(ln, v);
   g.addOutput(ln, "y", ValueKind::Tensor);
   CHECK_THROWS_WITH(findLayerNorms(g), Catch::Contains("normalized_shape or eps that is not a constant"));
+}
+
+TEST_CASE("a linear whose result nothing reads is not imported but a LayerNorm nobody reads is", "[held-out][graph]") {
+  // Inlined, a call whose result the caller ignores is dead code (an export keeps it whole).
+  // Counted as a reader of the stream it made fc's centering look unsafe.
+  std::string ir =
+      "graph(%x : Tensor, %fc__weight : Tensor, %fc__bias : Tensor, %probe__weight : Tensor,"
+      " %probe__bias : Tensor, %ln_w : Tensor, %ln_b : Tensor, %head__weight : Tensor):\n"
+      "  %none : NoneType = prim::Constant()\n"
+      "  %y : Tensor = aten::linear(%x, %fc__weight, %fc__bias)\n"
+      "  %dead : Tensor = aten::linear(%y, %probe__weight, %probe__bias)\n" +
+      test::layerNorm("y", "unread", 8) + test::layerNorm("y", "h", 8) +
+      "  %o : Tensor = aten::linear(%h, %head__weight, %none)\n"
+      "  return (%o)\n";
+  IrModel model{ir,
+                {spec("2x3x4")},
+                {{"fc__weight", spec("8x4")}, {"fc__bias", spec("8")}, {"probe__weight", spec("5x8")},
+                 {"probe__bias", spec("5")}, {"ln_w", spec("8:float32[0.5,1.5)")}, {"ln_b", spec("8")},
+                 {"head__weight", spec("5x8")}}};
+  auto a = analyzeIr(model);
+  const auto& g = a.model.graph;
+  for (std::size_t n = 0; n < g.nodeCount(); ++n)
+    for (auto in : g.node(n).inputs)
+      if (auto p = g.value(in).param; p != kNone) CHECK(g.parameter(p).path.rfind("probe", 0) != 0);
+  REQUIRE(a.result.layerNorms.size() == 2);  // the unread LN stays and gets its verdict
+  REQUIRE(a.result.foldableCount() == 2);
+  // The fold's own float64 check is the oracle; the output depends on the input.
+  FoldOptions o;
+  o.randomInputs = 2;
+  auto folded = foldModel(a.model, a.result, o);
+  const auto& v = folded.report.verification;
+  REQUIRE(v.ran);
+  CHECK(v.float64Equivalent);
+  CHECK(v.worstRelative64 < 1e-10);
+  auto module = a.model.torch->module;
+  auto x1 = makeInputs({spec("2x3x4")}, 1).at(0), x2 = makeInputs({spec("2x3x4")}, 2).at(0);
+  auto o1 = module.forward({x1}).toTensor(), o2 = module.forward({x2}).toTensor();
+  CHECK((o1 - o2).abs().max().item<double>() > 1e-3);
 }

@@ -390,6 +390,13 @@ const std::vector<Row>& rows() {
     {"gather", kRowIndex + "  %h : Tensor = aten::take_along_dim(%emb, %i1, %zero)\n", "h", "mean-zero {1}", 0, "{0,1}", "passed {0,1}"},
     {"gather", kRowIndex + "  %h : Tensor = aten::gather(%emb, %zero, %ids, %f)\n", "h", "broken", 0, "{1}", "passed {}"},
     {"gather", kRowIndex + kZeroIndex + "  %h : Tensor = aten::gather(%emb, %one, %iz, %f)\n", "h", "broken", 0, "{1}", "passed {1}"},
+    // ViT-MAE's index ids.unsqueeze(-1).repeat(1, 1, dim): a repeat of a size-1 axis copies that
+    // entry, so it is constant along the features; a repeat that tiles varying entries is not.
+    {"gather", kRowIndex + "  %r18 : int[] = prim::Constant[value=[1, 8]]()\n  %ir : Tensor = aten::repeat(%i1, %r18)\n"
+     "  %h : Tensor = aten::gather(%emb, %zero, %ir, %f)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
+    {"gather", "  %it : Tensor = aten::t(%ids)\n  %r14 : int[] = prim::Constant[value=[1, 4]]()\n"
+     "  %ir : Tensor = aten::repeat(%it, %r14)\n  %h : Tensor = aten::gather(%emb, %zero, %ir, %f)\n",
+     "h", "broken", 0, "{1}", "passed {}"},
     // index_select of the table along dim 0 is the slice rule: whole rows
     {"slice", kRowIndex + "  %h : Tensor = aten::index_select(%emb, %zero, %sel)\n", "h", "mean-zero {1}", 0, "{1}", "passed {1}"},
     {"slice", kRowIndex + kZeroIndex + "  %h : Tensor = aten::index_select(%emb, %one, %sz)\n", "h", "broken", 0, "{1}", "passed {1}"},

@@ -8,6 +8,7 @@
 
 #include "foldnorm/analysis/axes.h"
 #include "foldnorm/analysis/rules.h"
+#include "rows.h"
 #include "solver.h"
 
 namespace foldnorm {
@@ -81,6 +82,22 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
   ShiftCheck check;
   if (leaf.kind == LeafKind::MeanSubtraction) return check;  // nothing is changed
   ShiftFact shift;
+  ShiftRows rows;  // where along one axis the change can be non-zero (rows.h)
+  std::optional<std::set<ValueId>> reachable;  // every value the leaf's output flows into
+  auto carries = [&](ValueId v) {
+    if (!reachable) {
+      reachable.emplace();
+      std::deque<ValueId> todo{leaf.output};
+      while (!todo.empty()) {
+        auto u = todo.front();
+        todo.pop_front();
+        if (!reachable->insert(u).second) continue;
+        for (const auto& use : g.value(u).uses)
+          for (auto o : g.node(use.node).outputs) todo.push_back(o);
+      }
+    }
+    return reachable->count(v) > 0;
+  };
   std::unordered_map<ValueId, std::pair<ValueId, NodeId>> parent;  // value <- (value, via node)
   std::deque<ValueId> queue;
   // Centered within groups (a grouped conv), each group's outputs change by their own amount:
@@ -107,7 +124,9 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
     ++check.visited;
     AxisSet axes = *shift.constantAxes(v);
     auto factor = shift.constantFactor(v);
+    auto changedRows = rows.of(v);
     for (const auto& use : g.value(v).uses) {
+      if (changedRows && takesNoneOf(g, use.node, use.slot, *changedRows)) continue;  // the change is not there
       const auto& rule = ruleFor(g, use.node);
       auto outcome = rule.shift(ShiftInput{g, use.node, use.slot, axes, factor});
       switch (outcome.kind) {
@@ -141,7 +160,9 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
             std::optional<AxisFactor> outFactor;
             for (const auto& [fv, f] : outcome.factors)
               if (fv == out) outFactor = f;
-            if (shift.join(out, outAxes, outFactor)) {
+            auto outRows = shiftRowsThrough(g, use.node, use.slot, changedRows, out, carries);
+            bool widened = shift.join(out, outAxes, outFactor);
+            if (rows.join(out, first, outRows) || widened) {
               if (first) parent[out] = {v, use.node};
               queue.push_back(out);
             }
@@ -198,10 +219,12 @@ using LeafProblems = std::map<LeafId, LeafProblem>;
 void computeFacts(const Graph& g, AnalysisResult& result,
                   const std::vector<std::pair<ValueId, AxisSet>>& inserted) {
   result.facts.assign(g.valueCount(), MeanZeroFact{});
+  RowTracker rows(g);  // facts of row ranges: a slice of one part's rows gets that part's fact
   for (auto id : g.topologicalOrder()) {
     const auto& rule = ruleFor(g, id);
     MeanZeroContext ctx(g, id, result.facts, result.leaves, rule.name);
     rule.meanZero(ctx);
+    rows.update(id, rule.name, result.facts);
     for (const auto& [value, axes] : inserted) {
       if (g.value(value).producer != id) continue;
       Leaf leaf;
@@ -341,9 +364,14 @@ std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& op
                " would need centering along different axes by different leaves", param);
       continue;
     }
+    // Only the reads of this parameter's storage: a leaf also reads other parameters (an
+    // embedding's index buffer, a linear's bias, a scaled leaf's gamma), and the fold redirects
+    // every covered read to this parameter's centered copy (UntieMode::RedirectReads).
+    const auto group = storageGroup(param);
     std::set<std::pair<ValueId, NodeId>> covered;
     for (auto l : leafIds)
-      for (const auto& u : leafParameterUses(g, result.leaves[l])) covered.insert(u);
+      for (const auto& u : leafParameterUses(g, result.leaves[l]))
+        if (std::find(group.begin(), group.end(), g.value(u.first).param) != group.end()) covered.insert(u);
     ParameterPlan pp;
     pp.param = param;
     pp.actions = actions;
@@ -355,7 +383,7 @@ std::vector<ParameterPlan> resolveTies(const Graph& g, const AnalysisOptions& op
       return std::nullopt;
     };
     std::set<ValueId> other;
-    for (auto member : storageGroup(param))
+    for (auto member : group)
       for (auto read : g.parameter(member).reads)
         if (uncovered(read)) other.insert(read);
     if (!other.empty()) {

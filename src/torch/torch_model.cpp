@@ -97,6 +97,39 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
   return out;
 }
 
+namespace {
+
+bool writesAnArgument(const jit::Node* n) {
+  const auto* schema = n->maybeSchema();
+  if (!schema) return false;
+  for (const auto& a : schema->arguments())
+    if (a.alias_info() && a.alias_info()->isWrite()) return true;
+  return false;
+}
+
+/// Removes the top-level nodes whose results nothing reads, but LayerNorms. A trace holds its
+/// submodules' calls whole, so once inlined a call's results that the caller ignores are dead
+/// code (a linear reading the stream whose result nothing reads made a centering look unsafe);
+/// a .pt2 is imported the same way (src/import/export/nodes.cpp). LayerNorms stay, read or not:
+/// each is a call the eager forward makes and gets a verdict. Kept too: nodes with side effects,
+/// with blocks, or writing into an argument (in place, out=, through a view). Deterministic, so a
+/// fresh copy inlined again has the importer's nodes, node for node.
+void eliminateDeadCode(jit::Graph& graph) {
+  auto nodes = graph.nodes().reverse();
+  for (auto it = nodes.begin(); it != nodes.end();) {
+    jit::Node* n = *it;
+    ++it;
+    if (n->kind() == c10::Symbol::fromQualString("aten::layer_norm") || n->hasSideEffects() ||
+        !n->blocks().empty() || n->outputs().empty() || writesAnArgument(n))
+      continue;
+    bool read = false;
+    for (const auto* o : n->outputs()) read = read || o->hasUses();
+    if (!read) n->destroy();
+  }
+}
+
+}  // namespace
+
 std::string constantsToCpu(torch::jit::Graph& graph) {
   std::string named;
   for (auto* n : graph.nodes()) {
@@ -116,6 +149,7 @@ std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& modu
   if (!method) throw Error("the module has no forward method");
   auto graph = jit::toGraphFunction(method->function()).graph()->copy();
   jit::Inline(*graph);
+  eliminateDeadCode(*graph);
   constantsToCpu(*graph);
   return graph;
 }
@@ -123,6 +157,7 @@ std::shared_ptr<torch::jit::Graph> inlinedForward(const torch::jit::Module& modu
 std::shared_ptr<torch::jit::Graph> inlineForwardInPlace(torch::jit::Module& module) {
   auto graph = jit::toGraphFunction(module.get_method("forward").function()).graph();
   jit::Inline(*graph);
+  eliminateDeadCode(*graph);
   constantsToCpu(*graph);
   return graph;
 }

@@ -335,6 +335,18 @@ def _dinov2():
                    outputs=("last_hidden_state", "pooler_output"))
 
 
+@architecture("hf-vit_mae", library="transformers", family="vision pre-LN")
+def _vit_mae():
+    """ViTMAEModel: random masking keeps a quarter of the patches, gathered with the index
+    ids_keep.unsqueeze(-1).repeat(1, 1, dim) (second held-out sweep: the gather rule knows that a
+    repeat of a size-1 axis is constant along it). The noise is an input, so the trace keeps the
+    argsort instead of freezing one draw."""
+    cls, model = _build("ViTMAEModel", "ViTMAEConfig", dict(VIT, mask_ratio=0.75))
+    _wrap(model, cls, {}, ["pixel_values", "noise"], ["last_hidden_state"])
+    return Sample(model, (image(*IMAGE), image(1, 16, seed=1)), [IMAGE_SPEC, "1x16:float32"],
+                  ["pixel_values", "noise"], ["last_hidden_state"])
+
+
 @architecture("hf-swin", library="transformers", family="hierarchical", old=True)
 def _swin():
     """SwinModel: patch-embed LN, shifted windows (roll), patch merging (4-way concat), pooled LN."""

@@ -160,11 +160,12 @@ def _xcit_nano() -> Sample:
 @architecture("timm-pit_ti", library="timm", family="ViT")
 def _pit_ti() -> Sample:
     """pit_ti_224: pooling ViT; between stages the tokens are downsampled by a grouped conv (groups
-    = channels, 2 outputs per group) and the class token by a linear. Predict 0 of 5: the stage-0
+    = channels, 2 outputs per group) and the class token by a linear. Predict 1 of 5: the stage-0
     stream (conv + pos table + cls token, proj, fc2) is read by the pooling conv (a consumer that
     sees a centering shift: unsafe), and the stage-1 stream starts at that grouped conv (groups = C,
     2 outputs per group): centering within groups makes it mean-zero but changes it by a per-group
-    amount, which no LN absorbs, so it is no leaf for an exact fold."""
+    amount, which no LN absorbs, so it is no leaf for an exact fold. The final norm reads only the
+    class row, written by the pooling linear and stage 1's writers: it folds (issue 31 item 4)."""
     return _sample(_create("pit_ti_224", img_size=32, patch_size=4, stride=2, base_dims=[8, 8],
                            depth=[1, 1], heads=[2, 4]), 1, 3, 32, 32)
 

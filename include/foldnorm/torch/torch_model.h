@@ -55,7 +55,8 @@ std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
                                  const std::vector<at::Tensor>& inputs);
 
-/// Inlined copy of a module's forward graph, its device constants naming the CPU. Foldnorm loads
+/// Inlined copy of a module's forward graph, without dead code but LayerNorms (the results of
+/// inlined calls that nothing reads), its device constants naming the CPU. Foldnorm loads
 /// every model onto the CPU, but a trace bakes in the device it ran on (`torch.device("cuda:0")`
 /// arguments of arange, to, zeros...): a GPU trace would make CUDA tensors on a machine without
 /// one, or mix devices on one with. To run on another device, retargetGraph the result.

@@ -180,7 +180,9 @@ std::optional<Gather> gatherOf(const Graph& g, const Node& n) {
 }
 
 /// The index takes the same value all along `axis` (of the output's rank): a size-1 axis
-/// (broadcast by take_along_dim) or an expand of a tensor of size 1 there.
+/// (broadcast by take_along_dim), or an expand or a repeat of a tensor of size 1 there (a repeat
+/// tiles its input, so along an axis where the input has one entry it copies that entry:
+/// ViT-MAE's `ids.unsqueeze(-1).repeat(1, 1, dim)`).
 bool indexConstantAlong(const Graph& g, ValueId index, int64_t axis, int64_t rank) {
   const auto* shape = shapeOf(g, index);
   if (!shape || int64_t(shape->size()) != rank) return false;
@@ -188,7 +190,9 @@ bool indexConstantAlong(const Graph& g, ValueId index, int64_t axis, int64_t ran
   auto p = g.value(index).producer;
   if (p == kNone) return false;
   const auto& e = g.node(p);
-  if (e.kind != "aten::expand" && e.kind != "aten::expand_as" && e.kind != "aten::broadcast_to") return false;
+  if (e.kind != "aten::expand" && e.kind != "aten::expand_as" && e.kind != "aten::broadcast_to" &&
+      e.kind != "aten::repeat")
+    return false;
   const auto* src = shapeOf(g, e.inputs.at(0));
   if (!src || int64_t(src->size()) > rank) return false;
   int64_t at = axis - (rank - int64_t(src->size()));

@@ -2,6 +2,7 @@
 // each node by its kind (op overload, higher-order op, symbolic scalar arithmetic), the return.
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <set>
 #include <sstream>
 
 #include "export_steps.h"
@@ -26,6 +27,66 @@ bool isAssertion(const OpTarget& t) {
   return t.ns == "aten" && (t.name.rfind("_assert", 0) == 0 || t.name == "sym_constrain_range" ||
                             t.name == "sym_constrain_range_for_size" || t.name == "_functional_assert_async" ||
                             t.name == "_functional_sym_constrain_range");
+}
+
+/// Every value name an argument (or output) refers to: tensors ("name") and symbols ("as_name"),
+/// in lists and optionals too; not into a higher-order op's subgraph ("as_graph"), whose names
+/// are its own.
+void namesIn(const json& j, std::set<std::string>& out) {
+  if (j.is_object()) {
+    for (const auto& [key, v] : j.items()) {
+      if (key == "as_graph") continue;
+      if ((key == "name" || key == "as_name") && v.is_string()) out.insert(v.get<std::string>());
+      else namesIn(v, out);
+    }
+  } else if (j.is_array()) {
+    for (const auto& v : j) namesIn(v, out);
+  }
+}
+
+/// An op node that must run whatever reads its results: one that writes into an argument
+/// (in-place, out=, a write through a view: the written tensor is read later under another
+/// name), one without results, or one whose schema this LibTorch does not know.
+bool hasEffect(const json& n) {
+  const auto t = parseTarget(n.value("target", std::string{}));
+  if (!t.isOp()) return false;  // Python scalar arithmetic on sizes
+  if (!n.contains("outputs") || n["outputs"].empty()) return true;
+  const auto handle = c10::Dispatcher::singleton().findSchema(
+      c10::OperatorName(t.kind(), t.overload == "default" ? "" : t.overload));
+  if (!handle) return true;
+  for (const auto& a : handle->schema().arguments())
+    if (a.alias_info() && a.alias_info()->isWrite()) return true;
+  return false;
+}
+
+/// Which nodes of `graph` (one level: a subgraph is its own graph) are imported: an effect, a
+/// higher-order op (its subgraph gets its own pass), a LayerNorm, or a node whose results an
+/// imported node or the graph's outputs read. An exported program keeps every op the forward
+/// ran, read or not, where a trace mostly has none (the tracer eliminates dead code): a dead
+/// reader of a stream (a linear whose result nothing reads) made a centering look unsafe in the
+/// .pt2 that its trace folds. LayerNorms stay, read or not: each is a call the eager forward
+/// makes and gets a verdict (DPT's final LayerNorm, which nothing reads: its trace drops it).
+std::vector<bool> liveNodes(const json& graph) {
+  const auto& list = field(graph, "nodes", "a graph");
+  std::set<std::string> needed;
+  namesIn(field(graph, "outputs", "a graph"), needed);
+  std::vector<bool> live(list.size(), false);
+  for (std::size_t i = list.size(); i-- > 0;) {
+    const auto& n = list[i];
+    const auto t = parseTarget(n.value("target", std::string{}));
+    bool keep = t.ns == "higher_order" || hasEffect(n) ||
+                (t.ns == "aten" && (t.name == "layer_norm" || t.name == "native_layer_norm"));
+    if (!keep) {
+      std::set<std::string> produced;
+      namesIn(n.contains("outputs") ? n["outputs"] : json::array(), produced);
+      for (const auto& name : produced) keep = keep || needed.count(name);
+    }
+    if (!keep) continue;
+    live[i] = true;
+    if (n.contains("inputs"))
+      for (const auto& in : n["inputs"]) namesIn(in.contains("arg") ? in["arg"] : in, needed);
+  }
+  return live;
 }
 
 }  // namespace
@@ -117,7 +178,11 @@ void ProgramImporter::placeholders(const json& gm) {
 
 void ProgramImporter::nodes(const json& graph, const std::vector<std::size_t>& prefix) {
   const auto& list = field(graph, "nodes", "a graph");
+  // Dead nodes (but LayerNorms) are not imported: the analysis would judge their reads as if
+  // they mattered. They stay in the program, which the fold edits and the interpreter runs whole.
+  const auto live = liveNodes(graph);
   for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!live[i]) continue;
     auto location = prefix;
     location.push_back(i);
     node(list[i], graph, location);
