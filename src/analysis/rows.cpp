@@ -263,15 +263,19 @@ std::optional<RowSupport> shiftRowsThrough(const Graph& g, NodeId node, std::siz
   if (rule == "cat" && n.kind != "aten::stack") {
     // The rows of the elements that can carry the change at all.
     auto list = g.value(n.inputs.at(0)).producer;
-    const auto dim = n.inputs.size() > 1 ? dimArg(g, n.inputs.at(1), rank) : std::nullopt;
-    if (slot != 0 || list == kNone || g.node(list).kind != "prim::ListConstruct" || !dim) return std::nullopt;
-    RowSupport r{*dim, 0, 0};
+    if (slot != 0 || list == kNone || g.node(list).kind != "prim::ListConstruct" || n.inputs.size() < 2)
+      return std::nullopt;
+    // A plain integer from here on (GCC 12 warns, wrongly, of an uninitialized optional copy).
+    const auto maybeDim = dimArg(g, n.inputs.at(1), rank);
+    if (!maybeDim) return std::nullopt;
+    const int64_t axis = maybeDim.value();
+    RowSupport r{axis, 0, 0};
     bool any = false;
     int64_t offset = 0;
     for (auto e : g.node(list).inputs) {
       const auto* s = shapeOf(g, e);
       if (!s || int64_t(s->size()) != rank) return std::nullopt;
-      const auto length = s->at(*dim);
+      const auto length = s->at(axis);
       if (carries(e)) {
         r.start = any ? std::min(r.start, offset) : offset;
         r.end = offset + length;
@@ -279,7 +283,7 @@ std::optional<RowSupport> shiftRowsThrough(const Graph& g, NodeId node, std::siz
       }
       offset += length;
     }
-    if (!any || offset != outShape->at(*dim)) return std::nullopt;
+    if (!any || offset != outShape->at(axis)) return std::nullopt;
     return r;
   }
   if (!rows) return std::nullopt;
