@@ -18,6 +18,8 @@ namespace {
 /// The step a progress line starts; empty: the line belongs to the running step.
 std::string stepOf(const std::string& line) {
   static const std::vector<std::pair<std::string, std::string>> kSteps{
+      // Before "loading ": the save loads the file it wrote back (SavedFileCheck), part of the save.
+      {"loading the written file back", "save: load the written file back and check it"},
       {"loading ", "import: read and load the file"},
       {"importing the forward graph", "import: load, inline, mirror"},
       {"recording shapes", "import: shape recording run"},

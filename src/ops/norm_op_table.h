@@ -36,9 +36,23 @@ struct NormOpTable {
                          const std::optional<at::Tensor>& weight,
                          const std::optional<at::Tensor>& bias, double eps) {
     // Check before allocating, so that a bad call reports its arguments, not an allocation.
-    checkNormInputs(kKind, input, normalizedShape, weight, bias);
+    const NormShape shape = checkNormInputs(kKind, input, normalizedShape, weight, bias);
     at::Tensor out = emptyNormOutput(input);
-    return normOut<kKind>(input, normalizedShape, weight, bias, eps, out);
+    // A fresh output needs none of the out= form's preparation (resize, overlap checks), and the
+    // Meta kernels run on symbolic shapes (torch.export, torch.compile), where the overlap check
+    // cannot count elements.
+    return normRun<kKind>(shape, input, weight, bias, eps, out);
+  }
+
+  template <NormKind kKind>
+  static at::Tensor& normRun(const NormShape& shape, const at::Tensor& input,
+                             const std::optional<at::Tensor>& weight,
+                             const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
+    TORCH_CHECK(Device::holds(input), opName(kKind), ": the ", Device::kName,
+                " kernel got a tensor on ", input.device());
+    if (shape.rows == 0 || shape.cols == 0) return out;
+    Device::normRows(kKind, shape, input, weight, bias, eps, out);
+    return out;
   }
 
   template <NormKind kKind>
@@ -47,11 +61,7 @@ struct NormOpTable {
                              const std::optional<at::Tensor>& bias, double eps, at::Tensor& out) {
     const NormShape shape = checkNormInputs(kKind, input, normalizedShape, weight, bias);
     prepareNormOut(kKind, input, out);
-    TORCH_CHECK(Device::holds(input), opName(kKind), ": the ", Device::kName,
-                " kernel got a tensor on ", input.device());
-    if (shape.rows == 0 || shape.cols == 0) return out;
-    Device::normRows(kKind, shape, input, weight, bias, eps, out);
-    return out;
+    return normRun<kKind>(shape, input, weight, bias, eps, out);
   }
 
   static std::tuple<at::Tensor, at::Tensor> addRmsNorm(const at::Tensor& input,
@@ -60,11 +70,20 @@ struct NormOpTable {
                                                        const std::optional<at::Tensor>& weight,
                                                        const std::optional<at::Tensor>& bias,
                                                        double eps) {
-    checkAddNormInputs(input, residual, normalizedShape, weight, bias);
+    const NormShape shape = checkAddNormInputs(input, residual, normalizedShape, weight, bias);
     at::Tensor out = emptyNormOutput(input);
     at::Tensor sum = emptyNormOutput(input);
-    addRmsNormOut(input, residual, normalizedShape, weight, bias, eps, out, sum);
+    addRmsNormRun(shape, input, residual, weight, bias, eps, out, sum);  // fresh outputs: as norm()
     return {out, sum};
+  }
+
+  static void addRmsNormRun(const NormShape& shape, const at::Tensor& input, const at::Tensor& residual,
+                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                            double eps, at::Tensor& out, at::Tensor& sum) {
+    TORCH_CHECK(Device::holds(input), kAddRmsNormName, ": the ", Device::kName,
+                " kernel got a tensor on ", input.device());
+    if (shape.rows == 0 || shape.cols == 0) return;
+    Device::addRmsNormRows(shape, input, residual, weight, bias, eps, out, sum);
   }
 
   static std::tuple<at::Tensor&, at::Tensor&> addRmsNormOut(
@@ -73,10 +92,7 @@ struct NormOpTable {
       at::Tensor& out, at::Tensor& sum) {
     const NormShape shape = checkAddNormInputs(input, residual, normalizedShape, weight, bias);
     prepareAddNormOut(input, residual, out, sum);
-    TORCH_CHECK(Device::holds(input), kAddRmsNormName, ": the ", Device::kName,
-                " kernel got a tensor on ", input.device());
-    if (shape.rows == 0 || shape.cols == 0) return {out, sum};
-    Device::addRmsNormRows(shape, input, residual, weight, bias, eps, out, sum);
+    addRmsNormRun(shape, input, residual, weight, bias, eps, out, sum);
     return {out, sum};
   }
 
