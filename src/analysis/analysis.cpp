@@ -87,13 +87,13 @@ ShiftCheck checkShift(const Graph& g, const Leaf& leaf) {
   auto carries = [&](ValueId v) {
     if (!reachable) {
       reachable.emplace();
-      std::deque<ValueId> todo{leaf.output};
-      while (!todo.empty()) {
-        auto u = todo.front();
-        todo.pop_front();
+      std::deque<ValueId> frontier{leaf.output};
+      while (!frontier.empty()) {
+        auto u = frontier.front();
+        frontier.pop_front();
         if (!reachable->insert(u).second) continue;
         for (const auto& use : g.value(u).uses)
-          for (auto o : g.node(use.node).outputs) todo.push_back(o);
+          for (auto o : g.node(use.node).outputs) frontier.push_back(o);
       }
     }
     return reachable->count(v) > 0;
