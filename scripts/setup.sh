@@ -10,8 +10,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${FOLDNORM_CACHE:-$HOME/.cache/foldnorm}
 venv=$cache/venv
 build=${FOLDNORM_BUILD:-$here/build}
-torch_version=2.11.0
-torchvision_version=0.26.0
+torch_version=2.14.1
+torchvision_version=0.29.2
 # transformers: only the Python test fixtures use it (tests/fixtures/hf_models.py); 5.24 traces
 # GPT-2/Phi/Llama with torch 2.11, where 4.57's vmap-built attention masks do not.
 transformers_version=5.24.0
