@@ -11,6 +11,8 @@
 #include <set>
 
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/fold/fold_export.h"
+#include "foldnorm/import/export.h"
 #include "foldnorm/torch/model_surgery.h"
 #include "foldnorm/torch/torch_model.h"
 #include "helpers.h"
@@ -75,6 +77,47 @@ TEST_CASE("a GPU trace (cuda:0 constants) analyses, folds and verifies on the CP
     ++twins;
   }
   if (twins == 0) FAIL("the fixture manifest lists no GPU twin");
+}
+
+TEST_CASE("a GPU export (.pt2 naming cuda:0) analyses, folds and verifies on the CPU like its CPU archive",
+          "[export][gpu-twin]") {
+  // tests/fixtures/export_models.py writes these twins as torch.export.save writes a model exported
+  // on a GPU: cuda:0 in every device argument and tensor metadata, sample inputs pickled as CUDA
+  // tensors. Plain torch.export.load cannot open one without a GPU; foldnorm must.
+  std::ifstream in(fixturePath("export_manifest.json"));
+  if (!in) return test::skipTest("no export fixtures (ctest fixture make_export_models)");
+  const auto manifest = nlohmann::json::parse(in);
+  int twins = 0;
+  for (const auto& [name, entry] : manifest.items()) {
+    if (!entry.contains("gpu_twin")) continue;
+    INFO("export fixture " << name);
+    const auto& twin = entry["gpu_twin"];
+    REQUIRE(twin["tensor_meta"].get<int>() > 0);  // else the twin proves nothing
+    auto cpu = importModel(fixturePath(name + ".pt2"));
+    ImportedModel gpu;
+    REQUIRE_NOTHROW(gpu = importModel(fixturePath(twin["file"].get<std::string>())));
+    auto a = analyzeFoldability(cpu.graph), b = analyzeFoldability(gpu.graph);
+    REQUIRE(a.layerNorms.size() == b.layerNorms.size());
+    REQUIRE(a.layerNorms.size() > 0);
+    for (std::size_t i = 0; i < a.layerNorms.size(); ++i) {
+      CHECK(a.layerNorms[i].info.modulePath == b.layerNorms[i].info.modulePath);
+      CHECK(a.layerNorms[i].foldable == b.layerNorms[i].foldable);
+    }
+    FoldOptions o;
+    o.randomInputs = 1;
+    auto folded = foldExport(gpu, b, o, ExportRmsOp::Aten);
+    INFO(toText(folded.report));
+    CHECK(folded.report.folded.size() == a.foldableCount());
+    CHECK(folded.report.tracedDevice == "cuda:0");  // what the file names, kept in the folded program
+    CHECK(folded.report.verification.ran);
+    CHECK(folded.report.verification.float64Equivalent);
+    CHECK(folded.report.verification.worstRelative64 < 1e-10);
+    test::ScratchDir dir("foldnorm-gpu-twin-pt2");
+    auto saved = saveFoldedExport(folded, gpu, (dir.path / (name + ".folded.pt2")).string());
+    CHECK(saved.ran);  // read back and run on the CPU
+    ++twins;
+  }
+  if (twins == 0) FAIL("the export manifest lists no GPU twin");
 }
 
 TEST_CASE("retargeting a graph to a GPU leaves no factory on the default device and no CPU device constant",

@@ -167,6 +167,9 @@ FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analys
   FoldedExport folded;
   folded.report.input = model.path;
   folded.report.rmsOp = rmsOp == ExportRmsOp::Aten ? RmsOp::Aten : RmsOp::Foldnorm;
+  // The interpreter runs the program wherever it is asked; the written program keeps the devices
+  // its file named (a GPU export stays one).
+  folded.report.tracedDevice = folded.report.savedDevice = namedDevice(archive);
   auto r = applyPlan(model, archive.program, state, analysis, options, rmsOp, &folded.report);
   folded.program = std::move(r.program);
   folded.state = std::move(r.state);

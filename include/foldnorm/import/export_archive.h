@@ -82,6 +82,11 @@ struct ExportArchive {
 /// major other than 8, a config entry that does not fit its storage.
 ExportArchive readExportArchive(const std::string& path);
 
+/// The device the program names ("cuda:0" for a model exported on a GPU): the first device other
+/// than the CPU in its device arguments (as_device) or its tensors' metadata, else "cpu". The
+/// interpreter runs every program on the device it is asked for; this is what the file says.
+std::string namedDevice(const ExportArchive& archive);
+
 /// Whether `bytes` (a file's content, or its head and tail) is a zip whose entries under one root
 /// folder include models/model.json, archive_format or data/weights/ (also true of a truncated
 /// archive): the test importModel dispatches on. Never throws.
