@@ -4,8 +4,13 @@ import os
 import sys
 
 
+def cli_path() -> str:
+    """The C++ CLI of this package (it exists in a pip install, not in the build-tree package)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "foldnorm")
+
+
 def main() -> None:
-    exe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "foldnorm")
+    exe = cli_path()
     if not os.access(exe, os.X_OK):
         sys.stderr.write("foldnorm: error: this foldnorm package has no CLI (a build-tree package: "
                          "run build/src/foldnorm)\n")

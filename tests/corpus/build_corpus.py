@@ -412,12 +412,12 @@ def check_one(name: str, env: str, results_dir: str, export: bool = False) -> in
                 print(f"{name} [{env}]: no .pt2 round trip in the {form} form (run the setup step with --export)")
                 return 1
     got = expectation_of(result)
-    # Another torch, the same libraries and weights: the verdicts must be torch 2.11's (env main's).
+    # Another torch, the same libraries and weights: the verdicts must be the venv torch's (env main's).
     want = load_expectations().get("main" if torch_envs.is_torch_env(env) else env, {}).get(name)
     hint = (f"if the new verdicts are intended (and the oracle confirmed them, as it did), run:\n"
             f"  {os.path.abspath(__file__)} --update-expectations --results {results_dir} --env {env} --only {name}")
     if torch_envs.is_torch_env(env):
-        hint = (f"the expectation is env main's (torch 2.11): a verdict that depends on the torch that wrote "
+        hint = (f"the expectation is env main's (the venv's torch): a verdict that depends on the torch that wrote "
                 f"the file is an importer bug, not a new expectation")
     if want is None:
         print(f"{name} [{env}]: no expectation in {EXPECTATIONS}; {hint}")
@@ -443,7 +443,7 @@ def update_expectations(results_dir: str, envs: List[str], only: Optional[List[s
     expectation yet (a fixed rule gap goes green, a changed verdict stays a failure to review)."""
     if any(torch_envs.is_torch_env(e) for e in envs):
         raise SystemExit("corpus: a torch2.X environment has no expectations of its own: its verdicts must "
-                         "equal env main's (torch 2.11, the same libraries and weights)")
+                         "equal env main's (the venv's torch, the same libraries and weights)")
     data = load_expectations()
     changed = 0
     for env in envs:
@@ -558,7 +558,7 @@ def run_env(env: str, args) -> int:
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", choices=["main", "old"] + sorted(torch_envs.TORCH_ENVS) +
-                   sorted(torch_envs.LEGACY_ENVS) + sorted(torch_envs.NEWER_ENVS), default="main")
+                   sorted(torch_envs.LEGACY_ENVS) + sorted(torch_envs.CUDA13_ENVS), default="main")
     p.add_argument("--only", nargs="+")
     p.add_argument("--foldnorm", help="the foldnorm binary")
     p.add_argument("--ops", help="libfoldnorm_ops.so (to load folded files)")

@@ -103,7 +103,7 @@ def render(rows: dict, results: str) -> str:
            "",
            "Environments: `main` is the project venv; `old` is transformers " + OLD_TEXT + " installed by",
            "the driver with `pip install --target` under `~/.cache/foldnorm/corpus-old/<versions>` and put",
-           "first on PYTHONPATH (torch stays 2.11: torchvision's versions are tied to torch's, so",
+           "first on PYTHONPATH (torch stays the venv's: torchvision's versions are tied to torch's, so",
            "torchvision has no old version here and no torchvision builder is marked `old=True`).",
            "Architectures traced there are marked `old=True`.",
            "The `torch2.X` environments are another torch (" +

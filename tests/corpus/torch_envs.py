@@ -1,6 +1,6 @@
 """Other torch versions as corpus environments: models traced AND exported by a torch that is not ours.
 
-foldnorm links the torch 2.11 of the venv, but the files it meets are written by whatever torch a
+foldnorm links the torch of the venv (2.14.1), but the files it meets are written by whatever torch a
 user has. An environment `torch2.X` (TORCH_ENVS) is that torch and its torchvision installed with
 `pip --target` under $FOLDNORM_CACHE/torch-envs (keyed by their versions; with the nvidia-* wheels
 torch names, which `import torch` loads even on a CPU) and put first on PYTHONPATH; transformers and timm stay
@@ -14,7 +14,7 @@ the venv's. For each architecture of CORPUS_ARCHITECTURES the driver there, besi
     library) and runs them on two input sets against the eager model (float32, <= 1e-5 relative);
   - records the schema versions of the original and the folded .pt2.
 
-Back in the venv's torch 2.11 the parent process loads the same folded files once more
+Back in the venv's torch the parent process loads the same folded files once more
 (`check_in_this_torch`): a file folded from a torch 2.10 export must run in both.
 """
 import json
@@ -39,10 +39,11 @@ LEGACY_ENVS = {
     "torch2.7": {"torch": "2.7.1", "torchvision": "0.22.1"},
     "torch2.5": {"torch": "2.5.1", "torchvision": "0.20.1"},
 }
-# Sweep only: a torch newer than ours (2.14: 2.15 has no torchvision on PyPI yet, and the venv's
-# torchvision breaks transformers' imports under another torch). A CUDA 13 build: it takes the
-# venv's CUDA toolkit wheels and installs the nvidia-* wheels it names.
-NEWER_ENVS = {"torch2.14": {"torch": "2.14.1", "torchvision": "0.29.2"}}
+# Sweep only: CUDA 13 builds, which take the venv's CUDA toolkit wheels and install the nvidia-*
+# wheels they name. torch 2.11 is the lent GPU machine's torch (2.11.0+cu130) and was the venv's
+# until issue 32; 2.15 has no torchvision on PyPI yet (the venv's torchvision breaks transformers'
+# imports under another torch), so the newest torch a sweep can hold is the venv's own 2.14.1.
+CUDA13_ENVS = {"torch2.11": {"torch": "2.11.0", "torchvision": "0.26.0"}}
 # All of these are CUDA 12 builds; every one but CUDA_DONOR loads the CUDA libraries of the donor's
 # install (the same sonames; 2.9 and 2.10 pin the same wheels but nvshmem), saving 5 GB each.
 CUDA_DONOR = "torch2.10"
@@ -58,11 +59,11 @@ CORPUS_ARCHITECTURES = ["hf-gpt2", "hf-bert", "hf-whisper", "timm-vit_tiny", "ti
 
 
 def pins_of(env: str) -> Dict[str, str]:
-    return TORCH_ENVS.get(env) or LEGACY_ENVS.get(env) or NEWER_ENVS[env]
+    return TORCH_ENVS.get(env) or LEGACY_ENVS.get(env) or CUDA13_ENVS[env]
 
 
 def is_torch_env(env: str) -> bool:
-    return env in TORCH_ENVS or env in LEGACY_ENVS or env in NEWER_ENVS
+    return env in TORCH_ENVS or env in LEGACY_ENVS or env in CUDA13_ENVS
 
 
 def is_legacy(env: str) -> bool:
@@ -111,7 +112,7 @@ def ensure_env(cache: str, env: str, say) -> List[str]:
     """pip --target into a fresh folder, renamed into place only when every install succeeded; the
     folders to put first on PYTHONPATH."""
     target = env_dir(cache, env)
-    extra = ensure_env(cache, CUDA_DONOR, say) if env != CUDA_DONOR and env not in NEWER_ENVS else []
+    extra = ensure_env(cache, CUDA_DONOR, say) if env != CUDA_DONOR and env not in CUDA13_ENVS else []
     if os.path.isdir(target):
         return [target] + extra
     pins = [f"{k}=={v}" for k, v in sorted(pins_of(env).items())]

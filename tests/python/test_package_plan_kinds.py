@@ -61,7 +61,7 @@ def test_scaled_centering_dinov2():
     s = _exact(model, folded, x)
     assert sorted(s.scaled) == sorted(p.parameter for p in scaled) and count(folded, foldnorm.RMSNorm) > 0
     # What the scaled centering guarantees: gamma * (W' h + b') has mean-zero rows.
-    assert _scaled_rows_mean(model, scaled) > 1e-3 and _scaled_rows_mean(folded, scaled) < 1e-6
+    assert _scaled_rows_mean(model, scaled) > 1e-4 and _scaled_rows_mean(folded, scaled) < 1e-6  # 9.4e-4 -> 3e-11 (torch 2.14)
     # Without scale absorption fewer LNs fold: the absorption is what this test exercises.
     plain = foldnorm.analyze(model, x, scale_absorb=False)
     assert len(plain.foldable) < len(report.foldable) == len(report.layer_norms), (plain, report)
