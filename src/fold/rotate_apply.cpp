@@ -67,7 +67,7 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
   auto readBefore = [&](const Use& u) -> at::Tensor {
     auto it = created.find(u);
     if (it != created.end()) {
-      auto weight = slotOf(module, nodes[u.first]->input(it->second.weightInput));
+      auto weight = slotOf(module, nodes[it->second.weightNode]->input(it->second.weightInput));
       return at::zeros({it->second.width}, weight.value().tensor.options());
     }
     auto slot = slotOf(module, nodes[u.first]->input(u.second));
@@ -76,7 +76,7 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
   };
   for (const auto& e : plan.edits) {
     before[{e.node, e.input}] = readBefore({e.node, e.input});
-    if (e.kind == TensorEdit::AddProduct) before[{e.node, e.weightInput}] = readBefore({e.node, e.weightInput});
+    if (e.kind == TensorEdit::AddProduct) before[{e.weightNode, e.weightInput}] = readBefore({e.weightNode, e.weightInput});
   }
   auto readOf = [&](const Use& u) { return before.at(u); };
   auto edited = [&](const Use& u) {
@@ -92,7 +92,7 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
           break;
         }
         case TensorEdit::AddProduct: {
-          auto w = readOf({e->node, e->weightInput}).detach().to(at::kDouble);
+          auto w = readOf({e->weightNode, e->weightInput}).detach().to(at::kDouble);
           x = x + at::tensordot(w, e->factor, {axisOf(w, e->axis)}, {0});
           break;
         }
@@ -135,8 +135,19 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
     }
   }
   for (const auto& [use, nb] : created) {
-    const auto weightPath = slotOf(module, nodes[use.first]->input(nb.weightInput)).value().path;
-    nodes[use.first]->replaceInput(use.second, newAttribute("foldnorm_absorbed_bias_", weightPath, edited(use)));
+    const auto weightPath = slotOf(module, nodes[nb.weightNode]->input(nb.weightInput)).value().path;
+    auto* bias = newAttribute("foldnorm_absorbed_bias_", weightPath, edited(use));
+    auto* reader = nodes[use.first];
+    if (use.second != kBiasAfterInput) {
+      reader->replaceInput(use.second, bias);
+      continue;
+    }
+    // A matmul has no bias input: y + bias after it, read by all of y's readers.
+    jit::WithInsertPoint guard(reader->next());
+    auto* sum = graph->insert(c10::aten::add, {reader->output(), bias});
+    sum->node()->setSourceRange(reader->sourceRange());
+    sum->setType(reader->output()->type());
+    reader->output()->replaceAllUsesAfterNodeWith(sum->node(), sum);
   }
   for (auto& [id, uses] : reads) {  // NOLINT: slots are set through copies of their module handles
     (void)id;

@@ -34,18 +34,21 @@ struct TensorEdit {
   std::size_t node = 0, input = 0;
   int64_t axis = 0;               // Scale, Rotate: the stream's axis of that tensor
   at::Tensor factor;              // Scale: g (float64); Rotate: Q (float64 [d, d])
-  /// AddProduct: add W b, W the tensor input `weightInput` of the same node reads (as it was
+  /// AddProduct: add W b, W the tensor input `weightInput` of node `weightNode` reads (as it was
   /// before this plan: the executing module's), b = `factor`, contracted along `axis` of W.
-  std::size_t weightInput = 0;
+  std::size_t weightNode = 0, weightInput = 0;
   std::string key;                // equal keys, equal edits: what decides an untie
 };
 
 /// One absorbed norm: node position, and the new bias inputs it needs (a reader with no bias of
 /// its own reading a norm that has one gets a fresh one: its (node, input) with the width).
+/// A reader without a bias of its own reading a norm that has one: aten::linear gets the new
+/// tensor as its bias input; an aten::matmul (input kBiasAfter) gets an aten::add after it.
 struct NewBias {
-  std::size_t node = 0, input = 0, weightInput = 0;  // the new bias' dtype is its weight's
+  std::size_t node = 0, input = 0, weightNode = 0, weightInput = 0;  // the dtype is its weight's
   int64_t width = 0;
 };
+inline constexpr std::size_t kBiasAfterInput = 1000;
 struct AbsorbedNorm {
   std::size_t node = 0;
   std::vector<NewBias> newBiases;

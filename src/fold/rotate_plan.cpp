@@ -105,11 +105,21 @@ bool isOne(const jit::Value* v) {
 
 bool isNone(const jit::Value* v) { return v->mustBeNone(); }
 
-/// The weight input and the stream axis of that weight for a linear reader.
+/// The "input" of a matmul reader that names the bias the stage adds after it.
+constexpr std::size_t kBiasAfter = kBiasAfterInput;
+
+/// Where a linear map's weight is read and which of its axes meet the stream.
+///   Linear  aten::linear(x, W [o, i], b)        weight input 1 of the node, bias input 2
+///   Addmm   aten::addmm(b, x, W [i, o])         weight input 2, bias input 0
+///   Matmul  aten::matmul(x, W [i, o])           weight input 1, no bias (a new one is added after)
+///           aten::matmul(x, W.T), W [o, i]      (numpy_T / t / transpose(-2, -1)): weight input 0
+///                                               of the transposing node (Falcon's FalconLinear)
 struct ReaderShape {
   LinearKind kind;
-  std::size_t weight, bias;  // bias = weight for a matmul (none)
-  int64_t axis;
+  const jit::Node* weightNode;
+  std::size_t weight;
+  std::size_t bias;        // input of the node itself; kBiasAfter for a matmul
+  int64_t inAxis, outAxis;  // of the stored weight: the axis the input meets, the output's
 };
 
 class Planner {
@@ -165,12 +175,25 @@ class Planner {
   std::optional<ReaderShape> linearRead(const jit::Node* n, std::size_t offset) const {
     auto slot = [&](std::size_t i) { return slotOf(module_, n->input(i)).has_value(); };
     if (n->kind() == c10::aten::linear && offset == 0 && slot(1) && (isNone(n->input(2)) || slot(2)))
-      return ReaderShape{LinearKind::Linear, 1, 2, 1};
+      return ReaderShape{LinearKind::Linear, n, 1, 2, 1, 0};
     if (n->kind() == c10::aten::addmm && offset == 1 && slot(2) && slot(0) && isOne(n->input(3)) && isOne(n->input(4)))
-      return ReaderShape{LinearKind::Addmm, 2, 0, 0};
-    if (n->kind() == c10::aten::matmul && offset == 0 && slot(1) && slotOf(module_, n->input(1))->tensor.dim() == 2)
-      return ReaderShape{LinearKind::Matmul, 1, 1, 0};
+      return ReaderShape{LinearKind::Addmm, n, 2, 0, 0, 1};
+    if (n->kind() != c10::aten::matmul || offset != 0) return std::nullopt;
+    auto w = slotOf(module_, n->input(1));
+    if (w && w->tensor.dim() == 2) return ReaderShape{LinearKind::Matmul, n, 1, kBiasAfter, 0, 1};
+    const auto* t = n->input(1)->node();
+    const std::string k = t->kind().toQualString();
+    auto tw = slotOf(module_, t->input(0));
+    if (!tw || tw->tensor.dim() != 2 || t->input(0)->uses().size() != 1) return std::nullopt;
+    const bool transposed = k == "aten::numpy_T" || k == "aten::t" ||
+                            (k == "aten::transpose" && intArg(t, 1) && intArg(t, 2) &&
+                             std::abs(*intArg(t, 1) - *intArg(t, 2)) == 1);
+    if (transposed) return ReaderShape{LinearKind::Matmul, t, 0, kBiasAfter, 1, 0};
     return std::nullopt;
+  }
+
+  bool hasBiasInput(const jit::Node* r, const ReaderShape& sh) const {
+    return sh.bias != kBiasAfter && !isNone(r->input(sh.bias));
   }
 
   /// The read of a node readersOf accepted.
@@ -225,26 +248,24 @@ class Planner {
         verdict.reason = "its weight or bias is computed, not a parameter";
       } else {
         verdict.reason = readersOf(n->output(), d, readers);
-        for (const auto* r : readers)
-          if (bs && readShape(r).kind == LinearKind::Matmul)
-            verdict.reason = describeNode(r) + " has no bias to take the norm's bias";
       }
       if (verdict.reason.empty()) {
         AbsorbedNorm norm{pos(n), {}};
         for (const auto* r : readers) {
-          const auto shapeOf = readShape(r);
-          verdict.readers.push_back(pathOf(r->input(shapeOf.weight)));
-          if (gs) edit({TensorEdit::Scale, pos(r), shapeOf.weight, shapeOf.axis, gs->tensor.to(at::kDouble), 0,
+          const auto sh = readShape(r);
+          verdict.readers.push_back(pathOf(sh.weightNode->input(sh.weight)));
+          const std::size_t w = pos(sh.weightNode);
+          if (gs) edit({TensorEdit::Scale, w, sh.weight, sh.inAxis, gs->tensor.to(at::kDouble), 0, 0,
                         "scale:" + verdict.norm});
           if (bs) {
-            if (isNone(r->input(shapeOf.bias)))
-              norm.newBiases.push_back({pos(r), shapeOf.bias, shapeOf.weight, lastDim(r->output())});
+            if (!hasBiasInput(r, sh))
+              norm.newBiases.push_back({pos(r), sh.bias, w, sh.weight, lastDim(r->output())});
             if (nextCount(biasEdits_) != options_.dropBias)
-              edit({TensorEdit::AddProduct, pos(r), shapeOf.bias, shapeOf.axis, bs->tensor.to(at::kDouble),
-                    shapeOf.weight, "bias:" + verdict.norm});
+              edit({TensorEdit::AddProduct, pos(r), sh.bias, sh.inAxis, bs->tensor.to(at::kDouble), w, sh.weight,
+                    "bias:" + verdict.norm});
+            hasBias_.insert({pos(r), sh.bias});
           }
           readersOfNorm_[n].push_back(r);
-          if (!isNone(r->input(shapeOf.bias)) || bs) hasBias_.insert({pos(r), shapeOf.bias});
         }
         verdict.absorbed = true;
         absorbed_.insert(n);
@@ -280,7 +301,7 @@ class Planner {
       }
       const auto* p = v->node();
       const auto kind = p->kind();
-      if (kind == c10::aten::add && p->inputs().size() == 3 && isOne(p->input(2))) {
+      if ((kind == c10::aten::add || kind == c10::aten::add_) && p->inputs().size() == 3 && isOne(p->input(2))) {
         for (std::size_t i = 0; i < 2; ++i) {
           if (p->input(i)->type()->kind() != c10::TypeKind::TensorType) refuse(s, describeNode(p) + " adds a scalar to it");
           else work.push_back(p->input(i));
@@ -291,10 +312,8 @@ class Planner {
                  intArg(p, 1) && *intArg(p, 1) != -1 &&
                  *intArg(p, 1) != static_cast<int64_t>(shapes_.at(v).size()) - 1) {
         for (auto* part : p->input(0)->node()->inputs()) work.push_back(part);
-      } else if (kind == c10::aten::linear && linearRead(p, 0)) {
+      } else if (linearRead(p, kind == c10::aten::addmm ? 1 : 0)) {
         s.writers.insert(p), s.writerKinds[pos(p)] = {p, LinearKind::Linear};
-      } else if (kind == c10::aten::addmm && linearRead(p, 1)) {
-        s.writers.insert(p), s.writerKinds[pos(p)] = {p, LinearKind::Addmm};
       } else if (kind == c10::aten::embedding && slotOf(module_, p->input(0))) {
         s.writers.insert(p), s.writerKinds[pos(p)] = {p, LinearKind::Embedding};
       } else if (slotOf(module_, v)) {
@@ -307,7 +326,8 @@ class Planner {
       for (const auto& use : v->uses()) {
         const auto* n = use.user;
         if (isShapeOnly(n)) continue;
-        if (n->kind() == c10::aten::add && n->inputs().size() == 3 && isOne(n->input(2)) && use.offset < 2) {
+        if ((n->kind() == c10::aten::add || n->kind() == c10::aten::add_) && n->inputs().size() == 3 &&
+            isOne(n->input(2)) && use.offset < 2) {
           work.push_back(n->output());
         } else if (use.offset == 0 && isPassthrough(n)) {
           if (keepsFibers(n, d)) work.push_back(n->output());
@@ -379,34 +399,42 @@ class Planner {
     verdict.rotation = toString(used);
     const std::string key = "rot:" + std::to_string(verdict.seed);
     auto rot = [&](const jit::Node* n, std::size_t input, int64_t axis) {
-      edit({TensorEdit::Rotate, pos(n), input, axis, q, 0, key + ":" + std::to_string(axis)});
+      edit({TensorEdit::Rotate, pos(n), input, axis, q, 0, 0, key + ":" + std::to_string(axis)});
     };
-    auto rotBias = [&](const jit::Node* n, std::size_t input) {
-      if (!hasBias_.count({pos(n), input}) && isNone(n->input(input))) return;
-      if (nextCount(biasEdits_) != options_.dropBias) rot(n, input, -1);
+    auto rotBias = [&](const jit::Node* n, const ReaderShape& sh) {
+      if (!hasBias_.count({pos(n), sh.bias}) && !hasBiasInput(n, sh)) return;
+      if (nextCount(biasEdits_) != options_.dropBias) rot(n, sh.bias, -1);
     };
     for (const auto& [position, writer] : s.writerKinds) {
       const auto& [p, kind] = writer;
       (void)position;
       switch (kind) {
-        case LinearKind::Linear: rot(p, 1, 0), rotBias(p, 2); break;
-        case LinearKind::Addmm: rot(p, 2, 1), rotBias(p, 0); break;
-        case LinearKind::Embedding: rot(p, 0, 1); break;
+        case LinearKind::Linear: {  // linear, addmm, matmul: their output axis
+          const auto sh = readShape(p);
+          rot(sh.weightNode, sh.weight, sh.outAxis);
+          rotBias(p, sh);
+          verdict.writerNames.push_back(pathOf(sh.weightNode->input(sh.weight)));
+          break;
+        }
+        case LinearKind::Embedding:
+          rot(p, 0, 1);
+          verdict.writerNames.push_back(pathOf(p->input(0)));
+          break;
         case LinearKind::Parameter:
           for (const auto& use : p->output()->uses())
             if (!isShapeOnly(use.user)) rot(use.user, use.offset, -1);
+          verdict.writerNames.push_back(pathOf(p->output()));
           break;
-        case LinearKind::Matmul: break;
+        default:
+          break;
       }
-      const std::size_t weight = kind == LinearKind::Addmm ? 2 : kind == LinearKind::Linear ? 1 : 0;
-      verdict.writerNames.push_back(pathOf(kind == LinearKind::Parameter ? p->output() : p->input(weight)));
     }
     for (const auto& [position, r] : s.readers) {
       (void)position;
-      const auto shape = readShape(r);
-      verdict.readerNames.push_back(pathOf(r->input(shape.weight)));
+      const auto sh = readShape(r);
+      verdict.readerNames.push_back(pathOf(sh.weightNode->input(sh.weight)));
       if (nextCount(readerEdits_) == options_.skipReader) continue;
-      rot(r, shape.weight, shape.axis);
+      rot(sh.weightNode, sh.weight, sh.inAxis);
     }
   }
 
