@@ -2,10 +2,12 @@
 // through): layout checks, the program's JSON, weights and constants as views of their storage
 // files, the example inputs. What is not a 2.9+ export archive is said in one line.
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "export_steps.h"
@@ -277,7 +279,12 @@ ExportArchive readExportArchive(const std::string& path) {
       auto text = recordText(*reader, sample);
       c10::IValue inputs;
       try {
-        inputs = torch::jit::pickle_load(std::vector<char>(text.begin(), text.end()));
+        // torch::pickle_load, with every tensor mapped to the CPU: a program exported on a GPU
+        // pickles its example inputs as CUDA tensors, which a machine without one cannot create.
+        std::istringstream bytes(text);
+        caffe2::serialize::PyTorchStreamReader inner(&bytes);
+        inputs = torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt, at::Device(at::kCPU),
+                                                   inner);
       } catch (const c10::Error& e) {
         fail("has unreadable example inputs (" + sample + "): " + firstLine(e.what_without_backtrace()));
       }
@@ -295,6 +302,36 @@ ExportArchive readExportArchive(const std::string& path) {
                 " bytes): " + firstLine(msg));
   }
   return out;
+}
+
+namespace {
+
+/// The first serialized device {"type": ..., "index": ...} under `node` that is not the CPU.
+std::optional<std::string> foreignDevice(const nlohmann::json& node) {
+  if (node.is_object()) {
+    if (node.size() <= 2 && node.contains("type") && node["type"].is_string() &&
+        (node.size() == 1 || node.contains("index"))) {
+      auto type = node["type"].get<std::string>();
+      if (type == "cpu") return std::nullopt;
+      if (node.contains("index") && node["index"].is_number_integer())
+        type += ":" + std::to_string(node["index"].get<int64_t>());
+      return type;
+    }
+    for (const auto& [key, value] : node.items())
+      if (auto d = foreignDevice(value)) return d;
+  } else if (node.is_array()) {
+    for (const auto& value : node)
+      if (auto d = foreignDevice(value)) return d;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string namedDevice(const ExportArchive& archive) {
+  for (const auto* doc : {&archive.program, &archive.weightsConfig, &archive.constantsConfig})
+    if (auto d = foreignDevice(*doc)) return *d;
+  return "cpu";
 }
 
 }  // namespace foldnorm
