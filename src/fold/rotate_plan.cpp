@@ -98,6 +98,19 @@ std::optional<int64_t> intArg(const jit::Node* n, std::size_t i) {
   return iv->toInt();
 }
 
+/// A constant int list, also one a trace builds with prim::ListConstruct of constants.
+std::optional<std::vector<int64_t>> intList(const jit::Value* v) {
+  if (auto iv = jit::toIValue(v); iv && iv->isIntList()) return iv->toIntVector();
+  if (v->node()->kind() != c10::prim::ListConstruct) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const auto* e : v->node()->inputs()) {
+    auto iv = jit::toIValue(e);
+    if (!iv || !iv->isInt()) return std::nullopt;
+    out.push_back(iv->toInt());
+  }
+  return out;
+}
+
 bool isOne(const jit::Value* v) {
   auto iv = jit::toIValue(v);
   return iv && ((iv->isInt() && iv->toInt() == 1) || (iv->isDouble() && iv->toDouble() == 1.0));
@@ -237,12 +250,12 @@ class Planner {
         if (verdict.norm.size() > 7 && verdict.norm.rfind(suffix) == verdict.norm.size() - std::strlen(suffix))
           verdict.norm.resize(verdict.norm.size() - std::strlen(suffix));
       const int64_t d = lastDim(n->input(0));
-      auto shape = jit::toIValue(n->input(1));
+      const auto shape = intList(n->input(1));
       std::vector<const jit::Node*> readers;
       std::optional<Slot> gs, bs;
       if (!isNone(g)) gs = slotOf(module_, g);
       if (!isNone(b)) bs = slotOf(module_, b);
-      if (!shape || !shape->isIntList() || shape->toIntVector() != std::vector<int64_t>{d}) {
+      if (!shape || *shape != std::vector<int64_t>{d}) {
         verdict.reason = "it normalizes over more than the last axis";
       } else if ((!isNone(g) && !gs) || (!isNone(b) && !bs)) {
         verdict.reason = "its weight or bias is computed, not a parameter";
