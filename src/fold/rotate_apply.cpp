@@ -78,7 +78,10 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
     before[{e.node, e.input}] = readBefore({e.node, e.input});
     if (e.kind == TensorEdit::AddProduct) before[{e.weightNode, e.weightInput}] = readBefore({e.weightNode, e.weightInput});
   }
-  auto readOf = [&](const Use& u) { return before.at(u); };
+  auto readOf = [&](const Use& u) {
+    auto it = before.find(u);
+    return it != before.end() ? it->second : readBefore(u);  // an unedited new bias: zeros
+  };
   auto edited = [&](const Use& u) {
     const auto original = readOf(u);
     auto x = original.detach().to(at::kDouble);
