@@ -179,7 +179,12 @@ class Planner {
     }
     if (n->kind() == c10::aten::slice || n->kind() == c10::aten::select) {
       auto dim = intArg(n, 1);
-      return dim && (*dim < 0 ? *dim + rank : *dim) != rank - 1;
+      if (!dim) return false;
+      if ((*dim < 0 ? *dim + rank : *dim) != rank - 1) return true;
+      // x[..., 0:] (Hugging Face's hidden_states[:, slice, :]): the whole last axis, in order.
+      auto start = jit::toIValue(n->input(2));
+      return n->kind() == c10::aten::slice && start && (start->isNone() || (start->isInt() && start->toInt() == 0)) &&
+             isOne(n->input(4));
     }
     return true;
   }
