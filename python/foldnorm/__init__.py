@@ -20,10 +20,11 @@ from .nn import RMSNorm, add_rms_norm, layer_norm, rms_norm
 from .report import CenterAction, Insertion, LayerNormVerdict, ParameterPlan, Report
 from ._fold import FoldSummary
 from . import checkpoint
+from .rotate import rotate
 from .checkpoint import fold_checkpoint, load_folded
 
 __version__ = "0.1.0"
 __all__ = ["analyze", "fold", "fold_traced", "bench", "RMSNorm", "rms_norm", "layer_norm", "add_rms_norm",
            "Report", "LayerNormVerdict", "ParameterPlan", "CenterAction", "Insertion", "FoldSummary",
            "BenchResult", "FoldError", "FoldnormError", "ArgumentError", "FLOAT64_TOLERANCE",
-           "fold_checkpoint", "load_folded", "checkpoint"]
+           "fold_checkpoint", "load_folded", "checkpoint", "rotate"]

@@ -156,15 +156,21 @@ def _verify_runs(reference: nn.Module, folded64: nn.Module, input_sets: List[Inp
 def fold_traced(path_or_scriptmodule: ModelLike, example_inputs: Optional[ExampleInputs] = None,
                 out: Optional[Union[str, os.PathLike]] = None, rms_op: str = "foldnorm", *,
                 untie: bool = True, verify: bool = True, random_inputs: int = 3,
-                device: str = "cpu") -> torch.jit.ScriptModule:
+                device: str = "cpu", absorb_affine: bool = False) -> torch.jit.ScriptModule:
     """The CLI's ``foldnorm fold`` from Python, on a traced model (a path, a ScriptModule, or an
     nn.Module traced here): returns the folded ScriptModule, and writes it to ``out`` (never the
     input) when given. ``rms_op="foldnorm"`` writes our fused op (loading the file needs
     foldnorm's op library); ``"aten"`` writes ``aten::rms_norm`` plus a bias add, which runs in
     plain PyTorch. Raises FoldError when float64 verification finds a divergent output (nothing
     is written then). The fold report (schema foldnorm-fold/1) is the result's
-    ``foldnorm_report`` attribute.
+    ``foldnorm_report`` attribute. ``absorb_affine=True`` (TorchScript only) also moves each
+    folded norm's weight and bias into its linear readers (foldnorm.rotate without the rotation;
+    the report is then {"fold": ..., "stage": ...}).
     """
+    if absorb_affine:
+        from .rotate import absorb_affine as _absorb
+        return _absorb(path_or_scriptmodule, example_inputs, out, random_inputs)
+
     def read(path, specs):
         analysis = _foldnorm.analyze(path, specs, untie)
         return analysis.fold(rms_op, verify, random_inputs, device, os.fspath(out) if out is not None else "")

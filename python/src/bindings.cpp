@@ -22,6 +22,7 @@
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/fold/fold_export.h"
+#include "foldnorm/fold/rotate.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/torch/torch_model.h"
@@ -130,6 +131,29 @@ py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, i
   return py::make_tuple(toJson(folded.report).dump(), folded.torch->module);
 }
 
+/// The CLI's `foldnorm rotate` (and `fold --absorb-affine` with rotate=false): returns (JSON text
+/// {"fold": ..., "stage": ...}, module). Saved to `out` only when the float64 check passed.
+py::tuple rotateTraced(const Analysis& a, bool rotate, const std::string& rotation, uint64_t seed, int randomInputs,
+                       const std::string& out) {
+  if (rotation != "hadamard" && rotation != "random")
+    throw SettingError("rotation", "rotation must be 'hadamard' or 'random', not '" + rotation + "'");
+  RotateOptions ro;
+  ro.rotate = rotate;
+  ro.kind = rotation == "random" ? RotationKind::Random : RotationKind::Hadamard;
+  ro.seed = seed;
+  ro.randomInputs = std::max(1, randomInputs);
+  FoldOptions fo;
+  fo.randomInputs = randomInputs;
+  RotatedModel rotated;
+  {
+    py::gil_scoped_release release;
+    rotated = rotateModel(a.model, a.result, fo, ro);
+    if (!out.empty() && rotated.report.passed) saveRotated(rotated, a.model, out);
+  }
+  nlohmann::json j{{"fold", toJson(rotated.folded.report)}, {"stage", toJson(rotated.report)}};
+  return py::make_tuple(j.dump(), rotated.folded.torch->module);
+}
+
 /// The checkpoint fold (issue 29): `plan` is the plan's JSON text; returns the result's JSON
 /// text. Progress goes to stderr; Ctrl-C (a pending Python signal) stops the fold, which removes
 /// its partial output, and raises KeyboardInterrupt.
@@ -191,7 +215,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            })
       .def("svg", &svgOf, py::arg("ln_name"), "SVG of one LayerNorm's mean-zero graph (the ln: view)")
       .def("fold", &foldTraced, py::arg("rms_op") = "foldnorm", py::arg("verify") = true,
-           py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "");
+           py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "")
+      .def("rotate", &rotateTraced, py::arg("rotate") = true, py::arg("rotation") = "hadamard", py::arg("seed") = 0,
+           py::arg("random_inputs") = 1, py::arg("out") = "",
+           "Fold, absorb the folded norms' affine, rotate the residual streams (rotate=False: absorb only)");
   m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
         py::arg("untie") = true, py::arg("only") = std::vector<std::string>{}, py::arg("scale_absorb") = true,
         py::arg("insert_centering") = true,

@@ -1,6 +1,6 @@
 // foldnorm fold MODEL.pt|MODEL.pt2 -o OUT [--input SPEC]... [--no-untie] [--only LN_PATH]...
 //               [--no-scale-absorb] [--no-insert-centering] [--rms-op foldnorm|aten]
-//               [--device cpu|cuda] [--no-verify] [--random N] [--no-fuse] [--json]
+//               [--device cpu|cuda] [--no-verify] [--random N] [--no-fuse] [--json] [--absorb-affine]
 // A .pt2 (torch.export) is folded into a .pt2 (fold/fold_export.h), a TorchScript file into a .pt.
 #include <torch/cuda.h>
 
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "rotate_request.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/fold/fold_export.h"
@@ -22,7 +23,7 @@ struct FoldCliOptions {
   std::string model, out, device = "cpu", rmsOp;  // empty: foldnorm for a .pt, aten (portable) for a .pt2
   std::vector<std::string> inputs, only;
   bool noUntie = false, noVerify = false, noFuse = false, json = false, noScaleAbsorb = false,
-       noInsertCentering = false;
+       noInsertCentering = false, absorbAffine = false;
   int random = 3;
 };
 
@@ -47,7 +48,17 @@ void setup(CLI::App& app, int& exitCode) {
                                        "(runs in plain PyTorch). Default: foldnorm for a .pt, aten for a .pt2")
       ->check(CLI::IsMember({"foldnorm", "aten"}));
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
+  cmd->add_flag("--absorb-affine", o->absorbAffine,
+                "Move each folded norm's weight and bias into its readers where all are linear (weightless "
+                "aten::rms_norm left; TorchScript only; no add+norm fusion; `foldnorm rotate` goes on to rotate)");
   cmd->callback([o, &exitCode] {
+    if (o->absorbAffine) {  // the absorb + rotate stage, stopping after the absorb (cmd_rotate.cpp)
+      RotateCliRequest req;
+      req.model = o->model, req.out = o->out, req.inputs = o->inputs, req.only = o->only;
+      req.random = std::max(1, o->random), req.json = o->json, req.rotate = false;
+      exitCode = runRotateStage(req);
+      return;
+    }
     checkOutputPath(o->model, o->out);
     // Before the import (seconds on a large model), and in the option's own spelling.
     if (o->device == "cuda" && !o->noVerify && !torch::cuda::is_available())

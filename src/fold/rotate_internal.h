@@ -1,0 +1,98 @@
+// Internal to src/fold: the pieces of the absorb + rotate stage (include/foldnorm/fold/rotate.h).
+//   rotate_plan.cpp      decides, on the folded graph and its recorded shapes: which norms' affine
+//                        moves into which readers, which streams rotate, every tensor edit
+//   rotate_apply.cpp     executes such a plan on a module whose forward has the same node order
+//                        (the float32 fold, or the float64 plan of the verification)
+//   rotation_matrix.cpp  the orthogonal matrices;  rotate.cpp  orchestration, check, save, report
+#pragma once
+
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "foldnorm/fold/rotate.h"
+#include "foldnorm/torch/torch_model.h"
+
+namespace foldnorm::rotate_detail {
+
+namespace jit = torch::jit;
+
+/// How a node reads or writes the stream, and so which axis of which input is the stream's.
+enum class LinearKind {
+  Linear,     // aten::linear(x, W [o, i], b [o])
+  Addmm,      // aten::addmm(b [o], x, W [i, o])  (Hugging Face's Conv1D)
+  Matmul,     // aten::matmul(x, W [i, o]), W a parameter
+  Embedding,  // aten::embedding(W [n, d], ids)   (writer only)
+  Parameter,  // a parameter read into the stream as it is (a position table): its last axis
+};
+
+/// One edit of the tensor that input `input` of node `node` (by position in the graph) reads.
+struct TensorEdit {
+  enum Kind { Scale, AddProduct, Rotate } kind;
+  std::size_t node = 0, input = 0;
+  int64_t axis = 0;               // Scale, Rotate: the stream's axis of that tensor
+  at::Tensor factor;              // Scale: g (float64); Rotate: Q (float64 [d, d])
+  /// AddProduct: add W b, W the tensor input `weightInput` of node `weightNode` reads (as it was
+  /// before this plan: the executing module's), b = `factor`, contracted along `axis` of W.
+  std::size_t weightNode = 0, weightInput = 0;
+  std::string key;                // equal keys, equal edits: what decides an untie
+};
+
+/// One absorbed norm: node position, and the new bias inputs it needs (a reader with no bias of
+/// its own reading a norm that has one gets a fresh one: its (node, input) with the width).
+/// A reader without a bias of its own reading a norm that has one: aten::linear gets the new
+/// tensor as its bias input; an aten::matmul (input kBiasAfter) gets an aten::add after it.
+struct NewBias {
+  std::size_t node = 0, input = 0, weightNode = 0, weightInput = 0;  // the dtype is its weight's
+  int64_t width = 0;
+};
+inline constexpr std::size_t kBiasAfterInput = 1000;
+struct AbsorbedNorm {
+  std::size_t node = 0;
+  std::vector<NewBias> newBiases;
+};
+
+struct StagePlan {
+  std::vector<AbsorbedNorm> norms;
+  std::vector<TensorEdit> edits;  // in order (absorb first, then rotations)
+  std::vector<c10::Symbol> kinds; // the planned graph's node kinds, by position (checked on apply)
+  RotateReport report;            // verdicts (the verification's numbers are filled later)
+};
+
+/// Shapes of every tensor value of `graph`, from one run of `module` on `inputs`.
+using Shapes = std::map<const jit::Value*, std::vector<int64_t>>;
+Shapes recordShapes(const jit::Module& module, const std::shared_ptr<jit::Graph>& graph,
+                    const std::vector<at::Tensor>& inputs);
+
+/// Decides the stage on `graph` (the folded model's forward: its norms foldnorm::rms_norm).
+StagePlan planStage(const jit::Module& module, const std::shared_ptr<jit::Graph>& graph, const Shapes& shapes,
+                    const RotateOptions& options);
+
+/// Executes `plan` on `module` (forward `graph`, the same node order as the planned graph):
+/// each edited tensor computed in float64 and stored in `storeAs` (or its own dtype), new
+/// attributes on the root module for untied reads and new biases; absorbed norms become
+/// aten::rms_norm without weight. Untied tensors are listed in `untied` when given.
+void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, const StagePlan& plan,
+                std::optional<at::ScalarType> storeAs, std::vector<std::string>* untied);
+
+/// "aten::addmm (model.py:12)": what a refusal names.
+std::string describeNode(const jit::Node* n);
+
+}  // namespace foldnorm::rotate_detail
+
+namespace foldnorm::rotate_detail {
+
+/// The attribute (or tensor constant) a value reads: the module that owns it, its name, its
+/// dotted path from the root, and the tensor. Empty `name` for a constant (`constant` set).
+struct Slot {
+  jit::Module owner;
+  std::string name, path;
+  at::Tensor tensor;
+  jit::Node* constant = nullptr;
+};
+/// Follows prim::GetAttr from the graph's `self` (input 0); nullopt for anything else.
+std::optional<Slot> slotOf(const jit::Module& root, const jit::Value* v);
+
+}  // namespace foldnorm::rotate_detail
