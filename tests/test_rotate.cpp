@@ -133,7 +133,7 @@ TEST_CASE("absorb only: weightless norms, nothing rotated, equal in float64", "[
   CHECK(r.rotated.report.untied.empty());
 }
 
-TEST_CASE("OPT and Phi rotate exactly; a random rotation too", "[rotate]") {
+TEST_CASE("OPT and Phi rotate exactly, with a random rotation too", "[rotate]") {
   test::ScratchDir dir("foldnorm-rotate");
   auto name = GENERATE(std::string("opt"), std::string("phi"));
   RotateOptions ro;
