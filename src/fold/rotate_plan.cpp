@@ -87,8 +87,9 @@ Shapes recordShapes(const jit::Module& module, const std::shared_ptr<jit::Graph>
 namespace {
 
 bool isShapeOnly(const jit::Node* n) {
+  // aten::numel is not an interned symbol in every torch (2.9's headers lack it): look it up by name
   static const std::set<c10::Symbol> kinds{c10::aten::size, c10::aten::dim, c10::prim::device, c10::prim::dtype,
-                                           c10::aten::numel, c10::prim::layout};
+                                           c10::Symbol::fromQualString("aten::numel"), c10::prim::layout};
   return kinds.count(n->kind()) > 0;
 }
 

@@ -3,7 +3,7 @@
 #   1. a venv with torch==VERSION (and transformers for the tests), cached under
 #      $FOLDNORM_CACHE/pip-envs/torchVERSION and keyed by the versions it holds;
 #   2. `pip install --no-build-isolation <repo>` (the README's command) builds the extension, the op
-#      library and the C++ CLI against THAT torch (build dir $FOLDNORM_CACHE/pip-build/torchVERSION, so
+#      library and the C++ CLI against THAT torch (build dir $FOLDNORM_CACHE/pip-build/torchVERSION-<checkout hash>, so
 #      a second run is incremental; ccache under $FOLDNORM_CACHE/ccache);
 #   3. from a directory outside the repository, with no PYTHONPATH: `import foldnorm` must load the
 #      installed copy, the `foldnorm` console script must run, the README's "Python in five lines"
@@ -17,7 +17,8 @@ cuda=OFF; [ "${2:-}" = "--cuda" ] && cuda=ON
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${FOLDNORM_CACHE:-$HOME/.cache/foldnorm}
 env=$cache/pip-envs/torch$version
-build=$cache/pip-build/torch$version
+# one build dir per checkout: CMake refuses a build dir configured from another source dir (CI's clone, a worktree)
+build=$cache/pip-build/torch$version-$(printf %s "$repo" | md5sum | cut -c1-8)
 transformers_version=5.24.0
 py=${FOLDNORM_BASE_PYTHON:-python3}
 say() { printf '[pip-check torch %s] %s\n' "$version" "$*"; }

@@ -1,6 +1,7 @@
 // Reading a .pt2 archive with LibTorch's own zip reader (the class torch.export.save writes
 // through): layout checks, the program's JSON, weights and constants as views of their storage
 // files, the example inputs. What is not a 2.9+ export archive is said in one line.
+#include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
