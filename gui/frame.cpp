@@ -260,7 +260,7 @@ void DrawFrame(App& app) {
   }
   if (ui.showActions) {
     place(l.actionsPos, l.actionsSize);
-    DrawActions(app);
+    DrawFold(app);
   }
   if (ui.showBench) {
     place(l.benchPos, l.benchSize);

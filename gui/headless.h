@@ -23,7 +23,7 @@ struct HeadlessOptions {
   std::string benchSeq;            // as the panel's field: "16" or "64,128"
   int benchReps = 5;
   std::string benchDevice = "cpu";
-  std::string benchRmsOp = "foldnorm";  // --bench-rms-op: as the panel's combo (kBenchRmsOps)
+  std::string benchRmsOp = "foldnorm";  // --bench-rms-op: as the panel's combo (kRmsOpNames, fold.h)
   // --fold: Fold and verify once laid out; --show-folded: then show the folded graph.
   bool fold = false;
   bool showFolded = false;

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli.add_option("--bench-rms-op", headless.benchRmsOp,
                  "With --bench: what the folded LNs become, foldnorm (our op) or aten (aten::rms_norm + bias add)")
-      ->check(CLI::IsMember({"foldnorm", "aten"}))
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kRmsOpNames), std::end(kRmsOpNames))))
       ->capture_default_str();
   cli.add_flag("--fold", headless.fold, "Fold and verify once the model is laid out");
   cli.add_flag("--show-folded", headless.showFolded,
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
     if (headless.bench) {
       app.ui.bench.seqText = headless.benchSeq;
       app.ui.bench.reps = headless.benchReps;
-      app.ui.bench.rmsOp = headless.benchRmsOp == "aten" ? 1 : 0;
+      app.ui.bench.rmsOp = static_cast<int>(parseRmsOp(headless.benchRmsOp));
     }
     bool pendingBench = headless.bench && !modelPath.empty();
     bool pendingFold = (headless.fold || headless.showFolded) && !modelPath.empty();

@@ -204,22 +204,6 @@ ModelBenchReport benchModel(const ImportedModel& model, const AnalysisResult& an
 ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
                                std::ostream& progress);
 
-/// A fold of either kind of model, held without torch headers (the GUI's Fold button): exactly
-/// one of the two is set. The fold itself is foldModel or foldExport; this only picks and saves.
-struct ModelFold {
-  std::shared_ptr<const FoldedModel> torchscript;
-  std::shared_ptr<const FoldedExport> exported;
-  const FoldReport& report() const;
-};
-
-/// foldModel (a TorchScript model) or foldExport (a .pt2; options.rmsOp mapped onto its forms).
-ModelFold foldAnyModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options);
-
-/// saveFolded or saveFoldedExport: atomic, never over the input. The file extension to use is
-/// foldedExtension(model): ".pt" or ".pt2".
-SavedFileCheck saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath);
-const char* foldedExtension(const ImportedModel& model);
-
 /// Keeps buffers of 32 MiB and more on the heap for the rest of the process (glibc would mmap and
 /// page-fault a model's large outputs afresh on every forward, timing page faults rather than
 /// the model). For programs that time (the CLI, analyses); a host like the GUI keeps its own.
