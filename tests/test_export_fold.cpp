@@ -10,7 +10,7 @@
 #include "foldnorm/fold/fold_export.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "skip.h"
 
 using namespace foldnorm;

@@ -1,5 +1,5 @@
 // `foldnorm bench X.pt2`: the original and the folded torch.export program, both run by foldnorm's
-// interpreter (torch/export_interpreter.h), timed as the TorchScript bench times its modules
+// interpreter (interpreter/export_interpreter.h), timed as the TorchScript bench times its modules
 // (bench_model_internal.h); and benchModel, which hands a model's fold to its format's timer.
 #include <c10/core/InferenceMode.h>
 
@@ -14,7 +14,7 @@
 #include "foldnorm/fold/model.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::bench {

@@ -15,7 +15,7 @@
 #include "foldnorm/fold/model.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 
 namespace foldnorm {
 

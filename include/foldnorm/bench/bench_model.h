@@ -2,7 +2,7 @@
 //
 // Either kind of model: a TorchScript file runs on LibTorch's graph executor (runner
 // "torchscript"), a torch.export program (.pt2) on foldnorm's interpreter over the dispatcher
-// (torch/export_interpreter.h, runner "interpreter": each node's op called boxed, so its times are
+// (interpreter/export_interpreter.h, runner "interpreter": each node's op called boxed, so its times are
 // the interpreter's, with its per-node overhead in both models alike, not those of torch.compile or
 // AOTInductor). benchModel() takes an ImportedModel of either kind (what the GUI calls).
 //

@@ -1,4 +1,4 @@
-// The .pt2 interpreter's compiler (see include/foldnorm/torch/export_interpreter.h): the program's
+// The .pt2 interpreter's compiler (see include/foldnorm/interpreter/export_interpreter.h): the program's
 // JSON into steps over numbered slots (export_compiled.h), so a run is a loop of boxed calls with
 // no JSON or name look-ups; and the name and dtype tables of the serialized format.
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,7 +1,7 @@
-// The torch.export interpreter (see include/foldnorm/torch/export_interpreter.h): runs the
+// The torch.export interpreter (see include/foldnorm/interpreter/export_interpreter.h): runs the
 // steps export_compile.cpp made, a loop of boxed calls over numbered slots with no JSON or name
 // look-ups; the benchmark times exactly that loop.
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DefaultDtype.h>

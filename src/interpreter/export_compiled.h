@@ -11,7 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 
 namespace foldnorm::export_interp {
 
