@@ -1,8 +1,11 @@
 // Everything a menu item, button or shortcut does. Work that can take longer than a frame is
 // submitted to a worker; its completion checks the model generation so that a result for a
 // model that was closed in the meantime is dropped.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -11,6 +14,7 @@
 #include "app.h"
 #include "bench_support.h"
 #include "foldnorm/common/error.h"
+#include "foldnorm/fold/model.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/input_spec.h"
 #include "layout_task.h"
@@ -267,7 +271,7 @@ void startBench(App& app) {
   static const char* kDtypes[] = {"float32", "bfloat16", "float16"};
   options.dtype = kDtypes[std::clamp(b.dtype, 0, 2)];
   options.reps = b.reps;
-  options.rmsOp = kBenchRmsOps[std::clamp(b.rmsOp, 0, 1)];
+  options.rmsOp = kRmsOpNames[std::clamp(b.rmsOp, 0, 1)];
   const auto model = ui.model;
   const uint64_t generation = ui.generation;
   b.error.clear();
@@ -304,6 +308,106 @@ void startBench(App& app) {
       b.report = report;
       b.seconds = seconds;
       app.ui.statusMessage = "benchmark done in " + std::to_string(seconds).substr(0, 5) + " s";
+    };
+  });
+}
+
+void showFoldedGraph(App& app, bool folded) {
+  UiState& ui = app.ui;
+  if (folded && !ui.fold.folded) return;
+  if (ui.showFolded == folded) return;
+  ui.showFolded = folded;
+  ui.scene = {};  // the other graph's boxes and ids mean nothing here
+  ui.camera = {};
+  startLayout(app, {});
+}
+
+// Fold and verify on the model worker, under the analysis shown (its settings included), by the
+// model's handle: whatever its format, what `foldnorm fold` writes by default (a .pt2 the
+// portable aten::rms_norm form), verified in float32 and float64.
+void startFold(App& app) {
+  UiState& ui = app.ui;
+  if (!ui.model) return;
+  auto loadedModel = ui.model;
+  const uint64_t generation = ui.generation;
+  app.modelWorker.submit("fold", [=](const Worker::Progress& progress) -> Worker::Completion {
+    const Model model(loadedModel->import);
+    FoldOptions options;
+    options.progress = progress;
+    auto fold = std::make_shared<const ModelFold>(model.fold(loadedModel->analysis, options));
+    const FoldReport& r = fold->report();
+    FoldState state;
+    state.available = true;
+    state.result = fold;
+    state.verified = r.verification.ran;
+    // As `foldnorm fold` decides: float64 equivalent and every float32 flip explained by rounding.
+    state.equivalent = r.verification.passed();
+    state.predictionsUnchanged = r.verification.predictionsUnchanged;
+    state.summary = "folded " + std::to_string(r.folded.size()) + " LNs, kept " + std::to_string(r.kept.size()) +
+                    "; centered " + std::to_string(r.centered.size()) + " parameters" +
+                    (r.untied.empty() ? std::string()
+                                      : ", untied " + std::to_string(r.untied.size()) + " (" +
+                                            std::to_string(r.untieBytes / 1024) + " KiB)") +
+                    (r.inserted.empty() ? std::string() : ", inserted " + std::to_string(r.inserted.size()) +
+                                                              " centering(s)");
+    const Verification& v = r.verification;
+    if (v.ran) {
+      // The verdict lines `foldnorm fold` prints, for either format.
+      state.details.push_back(std::to_string(v.runs) + " input sets on " + v.device + ", LNs now " +
+                              (r.rmsOp == RmsOp::Aten ? "aten::rms_norm" : "foldnorm::rms_norm"));
+      for (const auto& line : verificationSummary(v)) state.details.push_back(line);
+    }
+    state.checks = v.checks;
+    // The folded graph for the canvas: the folded model written as the CLI writes it and read
+    // back by the importer, so the picture is of the file `foldnorm fold` would save.
+    if (!r.folded.empty()) {
+      namespace fs = std::filesystem;
+      const fs::path tmp = fs::temp_directory_path() /
+                           ("foldnorm-gui-folded-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(generation) + model.foldedExtension());
+      try {
+        progress("importing the folded model for the canvas");
+        model.save(*fold, tmp.string());
+        auto loaded = std::make_shared<LoadedModel>();
+        loaded->import = model.reopen(tmp.string()).shared();
+        loaded->inputSpecs = loadedModel->inputSpecs;
+        state.marks = render::foldedMarksFor(model.graph(), loadedModel->analysis, loaded->imported().graph);
+        state.folded = loaded;
+      } catch (const std::exception& e) {
+        state.foldedError = e.what();
+        if (auto nl = state.foldedError.find('\n'); nl != std::string::npos) state.foldedError.resize(nl);
+      }
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    return [state, generation](App& app) {
+      if (app.ui.generation != generation) return;
+      app.ui.fold = state;
+    };
+  });
+}
+
+// Writes the last fold where the user asked, on the model worker: atomically (a temporary file,
+// then a rename), never over the input; only a fold that passed its verification.
+void saveFoldedModel(App& app, const std::string& path) {
+  UiState& ui = app.ui;
+  if (!ui.model || !ui.fold.result) return;
+  if (!ui.fold.verified || !ui.fold.result->report().verification.passed()) {
+    ui.errorMessage = "save folded model: the fold did not pass its verification; not writing " + path;
+    return;
+  }
+  const auto loadedModel = ui.model;
+  const auto fold = ui.fold.result;
+  const uint64_t generation = ui.generation;
+  app.modelWorker.submit("save folded model", [=](const Worker::Progress& progress) -> Worker::Completion {
+    progress("writing " + path);
+    const Model model(loadedModel->import);
+    model.checkOutput(path);
+    model.save(*fold, path);
+    return [path, generation](App& app) {
+      if (app.ui.generation != generation) return;
+      app.ui.statusMessage = "folded model saved to " + path;
+      app.ui.fold.savedPath = path;
     };
   });
 }

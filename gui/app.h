@@ -17,6 +17,7 @@
 #include "foldnorm/analysis/analysis.h"
 #include "foldnorm/bench/bench_model.h"
 #include "foldnorm/fold/fold.h"
+#include "foldnorm/fold/model.h"
 #include "foldnorm/render/folded_view.h"
 #include "foldnorm/import/torchscript.h"
 #include "highlight.h"
@@ -71,7 +72,7 @@ struct PathPrompt {  // "save report as", "export image as"
 
 struct FoldState {
   bool available = false;  // the model has something to fold
-  std::shared_ptr<const bench::ModelFold> result;  // the fold itself (TorchScript or .pt2), for saving
+  std::shared_ptr<const ModelFold> result;  // the fold itself (TorchScript or .pt2), for saving
   std::string savedPath;                    // where Save folded model last wrote it
   std::optional<std::string> summary;       // one line
   std::vector<std::string> details;         // the verification's summary lines
@@ -87,10 +88,6 @@ struct FoldState {
   std::shared_ptr<const render::Scene> fullScene;
 };
 
-/// The Benchmark panel's RMSNorm ops (bench::BenchModelOptions::rmsOp), the default first: ours
-/// is the fast one on the CPU; aten::rms_norm + a bias add is what `foldnorm fold X.pt2` writes.
-inline constexpr const char* kBenchRmsOps[] = {"foldnorm", "aten"};
-
 /// The benchmark panel: its settings (kept across models) and the last result for this model.
 struct BenchState {
   // settings
@@ -98,7 +95,7 @@ struct BenchState {
   int dtype = 0;                 // 0 float32, 1 bfloat16, 2 float16
   std::string seqText = "64,128";
   int reps = 10;
-  int rmsOp = 0;                 // index into kBenchRmsOps: what the folded LNs become
+  int rmsOp = 0;                 // index into kRmsOpNames (fold.h), RmsOp's order: what the folded LNs become
   bool cudaProbed = false;       // the model worker asked LibTorch once, at start
   bool cudaAvailable = false;
   std::vector<std::string> devices() const {
@@ -209,7 +206,7 @@ void DrawInspector(App& app);
 void DrawOpenDialog(App& app);
 void DrawPathPrompts(App& app);
 void DrawStatusBar(App& app);
-void DrawActions(App& app);
+void DrawFold(App& app);
 void DrawBench(App& app);
 void DrawMetrics(App& app);
 
@@ -220,5 +217,9 @@ struct WindowLayout {
 };
 WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHeight);
 void recordPanel(UiState& ui, const char* name);  // call inside Begin/End
+/// A tiled window's prologue: ImGui::Begin(title, open), recordPanel, and, while no model is
+/// loaded, `emptyText` in grey. false: the window is already ended (collapsed, or nothing to show),
+/// draw nothing; true: draw, then ImGui::End().
+bool beginModelWindow(UiState& ui, const char* title, bool* open, const char* emptyText = "No model loaded.");
 
 }  // namespace foldnorm::gui

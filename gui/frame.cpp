@@ -36,6 +36,18 @@ void recordPanel(UiState& ui, const char* name) {
   ui.record.panels.push_back({name, ImGui::GetWindowPos(), ImGui::GetWindowSize()});
 }
 
+bool beginModelWindow(UiState& ui, const char* title, bool* open, const char* emptyText) {
+  if (!ImGui::Begin(title, open, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return false;
+  }
+  recordPanel(ui, title);
+  if (ui.model) return true;
+  ImGui::TextDisabled("%s", emptyText);
+  ImGui::End();
+  return false;
+}
+
 WindowLayout computeWindowLayout(const UiState& ui, ImVec2 display, float menuHeight) {
   WindowLayout l;
   const float statusHeight = ImGui::GetFrameHeightWithSpacing() + 6;
@@ -260,7 +272,7 @@ void DrawFrame(App& app) {
   }
   if (ui.showActions) {
     place(l.actionsPos, l.actionsSize);
-    DrawActions(app);
+    DrawFold(app);
   }
   if (ui.showBench) {
     place(l.benchPos, l.benchSize);

@@ -105,7 +105,7 @@ nlohmann::json benchState(const App& app) {
   j["settings"] = {{"device", b.devices()[std::clamp(b.device, 0, static_cast<int>(b.devices().size()) - 1)]},
                    {"seq", b.seqText},
                    {"reps", b.reps},
-                   {"rmsOp", kBenchRmsOps[std::clamp(b.rmsOp, 0, 1)]},
+                   {"rmsOp", kRmsOpNames[std::clamp(b.rmsOp, 0, 1)]},
                    {"cudaAvailable", b.cudaAvailable}};
   j["report"] = b.report ? bench::toJson(*b.report) : nlohmann::json(nullptr);
   j["seconds"] = b.seconds;

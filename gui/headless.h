@@ -6,6 +6,10 @@
 #include <chrono>
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace foldnorm::gui {
 
 struct App;
@@ -23,7 +27,7 @@ struct HeadlessOptions {
   std::string benchSeq;            // as the panel's field: "16" or "64,128"
   int benchReps = 5;
   std::string benchDevice = "cpu";
-  std::string benchRmsOp = "foldnorm";  // --bench-rms-op: as the panel's combo (kBenchRmsOps)
+  std::string benchRmsOp = "foldnorm";  // --bench-rms-op: as the panel's combo (kRmsOpNames, fold.h)
   // --fold: Fold and verify once laid out; --show-folded: then show the folded graph.
   bool fold = false;
   bool showFolded = false;
@@ -52,6 +56,28 @@ class HeadlessRun {
   uint64_t firstSettledFrame_ = 0;
   bool exportSubmitted_ = false;
 };
+
+/// What a headless run does besides watching (--select, --toggle-*, --bench, --fold,
+/// --show-folded, --save-folded): each step once its preconditions hold, as the user's click
+/// would (headless_script.cpp).
+class HeadlessScript {
+ public:
+  HeadlessScript(const HeadlessOptions& options, bool haveModel);
+  /// Before the model opens: the analysis settings (--no-*) and the Benchmark panel's fields.
+  void start(App& app) const;
+  /// Once per frame, after the workers' results are in and before the frame is drawn.
+  void beforeFrame(App& app);
+
+ private:
+  const HeadlessOptions& options_;
+  std::string pendingSelect_;
+  bool pendingToggle_, pendingBench_, pendingFold_, pendingShowFolded_, pendingSave_;
+};
+
+/// The command line's headless options (declared in headless_script.cpp with their help), and
+/// the check of their combinations: "" when fine, else the error line.
+void addHeadlessOptions(CLI::App& cli, HeadlessOptions& options);
+std::string checkHeadlessOptions(const HeadlessOptions& options, bool haveModel);
 
 /// Rows of RGBA pixels read from the current framebuffer (top row first) written as PNG.
 bool saveFramebufferPng(const std::string& path, int width, int height, std::string* error);

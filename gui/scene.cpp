@@ -127,17 +127,6 @@ std::vector<std::vector<int>> repeatedRuns(const render::Scene& full, const std:
   return runs;
 }
 
-namespace {
-
-render::NodeRole summaryRole(int layerNorms, int foldable) {
-  return layerNorms == 0           ? render::NodeRole::Module
-         : foldable == layerNorms ? render::NodeRole::ModuleAllFoldable
-         : foldable > 0           ? render::NodeRole::ModuleSomeFoldable
-                                  : render::NodeRole::ModuleNoneFoldable;
-}
-
-}  // namespace
-
 CollapsedScene collapseBlocks(const render::Scene& full, const std::set<int>& expanded,
                               const std::vector<std::vector<int>>& runs) {
   const std::vector<int> top = topLevelBlocks(full);
@@ -213,14 +202,13 @@ CollapsedScene collapseBlocks(const render::Scene& full, const std::set<int>& ex
         m.layerNorms += full.clusters[b].layerNorms;
         m.foldableLayerNorms += full.clusters[b].foldableLayerNorms;
       }
-      m.role = summaryRole(m.layerNorms, m.foldableLayerNorms);
+      m.role = render::moduleRole(m.layerNorms, m.foldableLayerNorms);
       const std::string name = first.modulePath.empty() ? first.label : shortBlockName(first.modulePath, shared);
       m.title = blocks.size() == 1 ? name
                                    : name + "-" + shortBlockName(last.modulePath, shared) + " x" +
                                          std::to_string(blocks.size());
       if (m.layerNorms > 0) {
-        m.title += ": " + std::to_string(m.foldableLayerNorms) + "/" + std::to_string(m.layerNorms) +
-                   " LNs fold";
+        m.title += ": " + render::foldableCountText(m.layerNorms, m.foldableLayerNorms);
       }
       m.modulePath = first.modulePath;
       if (auto names = lnNames.find(blocks.front()); names != lnNames.end()) {

@@ -5,7 +5,7 @@
 //
 // The layout unit is a top-level block (a render::Scene cluster without a parent, e.g.
 // "transformer.h.7"). Every model opens with its blocks collapsed, each one summary box
-// ("h.7: 2/2 LNs fold") hanging from the residual stream, and a run of identical blocks along the
+// ("h.7: 2/2 LNs foldable") hanging from the residual stream, and a run of identical blocks along the
 // stream (same ops, same verdicts) as one box ("h.0-h.11 x12"), so the first picture is a short
 // column that reads at a glance. Expanding a block lays out again with that block's nodes inside
 // (layout_task.h): Graphviz works on the collapsed graph, never on all of a big model's nodes.
@@ -129,8 +129,8 @@ struct CollapsedScene {
 };
 
 /// `full` with the nodes of every top-level block not in `expanded` folded into one Module node
-/// per block ("h.3: 2/2 LNs fold"), or per run of identical blocks (`runs`, from repeatedRuns:
-/// "h.0-h.11 x12: 24/24 LNs fold"); edges merged, self-loops inside a box dropped, clusters of
+/// per block ("h.3: 2/2 LNs foldable"), or per run of identical blocks (`runs`, from repeatedRuns:
+/// "h.0-h.11 x12: 24/24 LNs foldable"); edges merged, self-loops inside a box dropped, clusters of
 /// expanded blocks kept. The LN counts are the clusters' (render's assignClusters counts the
 /// analysis' verdicts by module path).
 CollapsedScene collapseBlocks(const render::Scene& full, const std::set<int>& expanded,

@@ -280,75 +280,52 @@ void drawMinimap(ImDrawList* dl, UiState& ui, const View& view) {
   }
 }
 
-}  // namespace
+// What one frame's drawing passes share.
+struct CanvasFrame {
+  ImDrawList* dl;
+  View view;
+  ImVec2 vmin, vmax;
+  float zoom, fontSize;
+  bool labels, hovered;
+  const Highlight* h;
+};
 
-void DrawCanvas(App& app) {
+void drawToolbar(App& app) {
   UiState& ui = app.ui;
-  ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(0, 0));
-  const bool open = ImGui::Begin("Graph", nullptr,
-                                 ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
-                                     ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoScrollbar |
-                                     ImGuiWindowFlags_NoScrollWithMouse |
-                                     ImGuiWindowFlags_NoBringToFrontOnFocus);
-  ImGui::PopStyleVar();
-  if (!open) {
-    ImGui::End();
-    return;
-  }
-  recordPanel(ui, "Graph");
   CanvasScene& scene = ui.scene;
-
-  // Toolbar.
   ImGui::SetCursorPos(ImVec2(8, ImGui::GetCursorPosY() + 4));
   if (ImGui::Button("Fit (F)")) ui.camera.fitRequested = true;
   ImGui::SameLine();
-  if (!scene.empty()) {
-    // Graphviz takes minutes past ~10,000 nodes: a big model is explored a block at a time.
-    constexpr std::size_t kExpandAllLimit = 3000;
-    const bool tooBig = ui.fullScene && ui.fullScene->nodes.size() > kExpandAllLimit;
-    ImGui::BeginDisabled(tooBig);
-    if (ImGui::Button("Expand all")) {
-      std::set<int> all;
-      for (int b : scene.blockOfNode) if (b >= 0) all.insert(b);
-      startLayout(app, all);
-    }
-    ImGui::EndDisabled();
-    if (tooBig && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
-      ImGui::SetTooltip("%zu nodes: too many to lay out at once; double-click blocks to open them",
-                        ui.fullScene->nodes.size());
-    }
-    ImGui::SameLine();
-    if (ImGui::Button("Collapse all")) collapseAll(app);
-    ImGui::SameLine();
-    if (ImGui::Checkbox("Group repeats", &ui.groupRepeats)) startLayout(app, scene.expanded);
-    if (ImGui::IsItemHovered()) {
-      ImGui::SetTooltip("identical blocks in a row (same ops, same verdicts) as one box \"x12\"");
-    }
-    ImGui::SameLine();
-    ImGui::TextDisabled("zoom %.0f%%   %s", ui.camera.zoom * 100, scene.summary.c_str());
+  if (scene.empty()) return;
+  // Graphviz takes minutes past ~10,000 nodes: a big model is explored a block at a time.
+  constexpr std::size_t kExpandAllLimit = 3000;
+  const bool tooBig = ui.fullScene && ui.fullScene->nodes.size() > kExpandAllLimit;
+  ImGui::BeginDisabled(tooBig);
+  if (ImGui::Button("Expand all")) {
+    std::set<int> all;
+    for (int b : scene.blockOfNode) if (b >= 0) all.insert(b);
+    startLayout(app, all);
   }
-
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const ImVec2 size(std::max(avail.x, 50.0f), std::max(avail.y, 50.0f));
-  View view{origin, size, &ui.camera};
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  dl->AddRectFilled(origin, ImVec2(origin.x + size.x, origin.y + size.y), palette::kCanvasBackground);
-
-  if (scene.empty()) {
-    const char* text = ui.model ? "laying out the graph..." : ui.loadingPath.empty()
-                                                                 ? "Open a model with Ctrl+O"
-                                                                 : "loading the model...";
-    const ImVec2 ts = ImGui::CalcTextSize(text);
-    dl->AddText(ImVec2(origin.x + (size.x - ts.x) * 0.5f, origin.y + (size.y - ts.y) * 0.5f),
-                IM_COL32(200, 200, 200, 255), text);
-    ImGui::End();
-    return;
+  ImGui::EndDisabled();
+  if (tooBig && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+    ImGui::SetTooltip("%zu nodes: too many to lay out at once; double-click blocks to open them",
+                      ui.fullScene->nodes.size());
   }
+  ImGui::SameLine();
+  if (ImGui::Button("Collapse all")) collapseAll(app);
+  ImGui::SameLine();
+  if (ImGui::Checkbox("Group repeats", &ui.groupRepeats)) startLayout(app, scene.expanded);
+  if (ImGui::IsItemHovered()) {
+    ImGui::SetTooltip("identical blocks in a row (same ops, same verdicts) as one box \"x12\"");
+  }
+  ImGui::SameLine();
+  ImGui::TextDisabled("zoom %.0f%%   %s", ui.camera.zoom * 100, scene.summary.c_str());
+}
 
-  applyCameraRequests(ui, view);
-
-  // Input: the whole canvas is one button; drag pans, wheel zooms around the cursor.
+/// The whole canvas is one button: drag pans, the wheel zooms around the cursor (and opens a
+/// collapsed block zoomed into). Returns whether the canvas is hovered.
+bool handleCanvasInput(App& app, const View& view, ImVec2 origin, ImVec2 size) {
+  UiState& ui = app.ui;
   ImGui::SetCursorScreenPos(origin);
   ImGui::InvisibleButton("##canvas", size,
                          ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight |
@@ -359,59 +336,59 @@ void DrawCanvas(App& app) {
     ui.camera.center.x -= io.MouseDelta.x / ui.camera.zoom;
     ui.camera.center.y -= io.MouseDelta.y / ui.camera.zoom;
   }
-  if (hovered && io.MouseWheel != 0) {
-    const ImVec2 before = view.toLayout(io.MousePos);
-    ui.camera.zoom = std::clamp(ui.camera.zoom * std::pow(1.15f, io.MouseWheel), kMinZoom, kMaxZoom);
-    const ImVec2 after = view.toLayout(io.MousePos);
-    ui.camera.center.x += before.x - after.x;
-    ui.camera.center.y += before.y - after.y;
-    // Semantic zoom: zooming into a collapsed block opens it in place (once; the layout runs on
-    // the worker and the picture stays until it is in).
-    if (io.MouseWheel > 0 && app.layoutWorker.idle()) {
-      for (const CanvasNode& n : scene.nodes) {
-        if (n.blocks.size() != 1 || after.x < n.min.x || after.x > n.max.x || after.y < n.min.y ||
-            after.y > n.max.y) {
-          continue;
-        }
-        const float share = std::max((n.max.x - n.min.x) * ui.camera.zoom / size.x,
-                                     (n.max.y - n.min.y) * ui.camera.zoom / size.y);
-        if (share >= kOpenOnZoomShare) toggleBlock(app, n.block, true);
-        break;
+  if (!hovered || io.MouseWheel == 0) return hovered;
+  const ImVec2 before = view.toLayout(io.MousePos);
+  ui.camera.zoom = std::clamp(ui.camera.zoom * std::pow(1.15f, io.MouseWheel), kMinZoom, kMaxZoom);
+  const ImVec2 after = view.toLayout(io.MousePos);
+  ui.camera.center.x += before.x - after.x;
+  ui.camera.center.y += before.y - after.y;
+  // Semantic zoom: zooming into a collapsed block opens it in place (once; the layout runs on
+  // the worker and the picture stays until it is in).
+  if (io.MouseWheel > 0 && app.layoutWorker.idle()) {
+    for (const CanvasNode& n : ui.scene.nodes) {
+      if (n.blocks.size() != 1 || after.x < n.min.x || after.x > n.max.x || after.y < n.min.y ||
+          after.y > n.max.y) {
+        continue;
       }
+      const float share = std::max((n.max.x - n.min.x) * ui.camera.zoom / size.x,
+                                   (n.max.y - n.min.y) * ui.camera.zoom / size.y);
+      if (share >= kOpenOnZoomShare) toggleBlock(app, n.block, true);
+      break;
     }
   }
+  return hovered;
+}
 
-  dl->PushClipRect(origin, ImVec2(origin.x + size.x, origin.y + size.y), true);
-  const ImVec2 vmin = view.visibleMin(), vmax = view.visibleMax();
-  const float zoom = ui.camera.zoom;
-  ImFont* font = ImGui::GetFont();
-  const float fontSize = kTitlePt * zoom;
-  const bool labels = fontSize >= kLegiblePx;
-  // The folded graph has node ids of its own: the original's selection does not apply to it.
-  static const Highlight kNoHighlight;
-  const Highlight& h = ui.showFolded ? kNoHighlight : ui.highlight;
+bool mouseIn(ImVec2 a, ImVec2 b) {
+  const ImVec2 m = ImGui::GetIO().MousePos;
+  return m.x >= a.x && m.x <= b.x && m.y >= a.y && m.y <= b.y;
+}
 
-  // Clusters: frames with the module path, only while they are large enough to read.
+/// Clusters: frames with the module path, only while they are large enough to read. Returns the
+/// hovered top-level cluster (-1: none).
+int drawClusters(UiState& ui, const CanvasFrame& f) {
   int hoveredCluster = -1;
-  for (std::size_t i = 0; i < scene.clusters.size(); ++i) {
-    const CanvasCluster& c = scene.clusters[i];
-    if (!overlaps(c.min, c.max, vmin, vmax)) continue;
-    const ImVec2 a = view.toScreen(c.min), b = view.toScreen(c.max);
-    dl->AddRectFilled(a, b, palette::kClusterFill, 4.0f);
-    dl->AddRect(a, b, palette::kClusterFrame, 4.0f, 0, 1.0f);
-    if (labels || (b.x - a.x) > 120) {
-      dl->AddText(ImVec2(a.x + 6, a.y + 3), palette::kClusterText, c.label.c_str());
+  for (std::size_t i = 0; i < ui.scene.clusters.size(); ++i) {
+    const CanvasCluster& c = ui.scene.clusters[i];
+    if (!overlaps(c.min, c.max, f.vmin, f.vmax)) continue;
+    const ImVec2 a = f.view.toScreen(c.min), b = f.view.toScreen(c.max);
+    f.dl->AddRectFilled(a, b, palette::kClusterFill, 4.0f);
+    f.dl->AddRect(a, b, palette::kClusterFrame, 4.0f, 0, 1.0f);
+    if (f.labels || (b.x - a.x) > 120) {
+      f.dl->AddText(ImVec2(a.x + 6, a.y + 3), palette::kClusterText, c.label.c_str());
     }
-    if (hovered && c.topLevel && io.MousePos.x >= a.x && io.MousePos.x <= b.x &&
-        io.MousePos.y >= a.y && io.MousePos.y <= b.y) {
-      hoveredCluster = static_cast<int>(i);
-    }
+    if (f.hovered && c.topLevel && mouseIn(a, b)) hoveredCluster = static_cast<int>(i);
     ++ui.record.clustersDrawn;
   }
+  return hoveredCluster;
+}
 
-  // Edges: splines, highlighted when on the selected LN's explanation.
-  for (const CanvasEdge& e : scene.edges) {
-    if (!overlaps(e.min, e.max, vmin, vmax)) continue;
+/// Edges: splines, highlighted when on the selected LN's explanation.
+void drawEdges(UiState& ui, const CanvasFrame& f) {
+  const Highlight& h = *f.h;
+  const float zoom = f.zoom;
+  for (const CanvasEdge& e : ui.scene.edges) {
+    if (!overlaps(e.min, e.max, f.vmin, f.vmax)) continue;
     // Marked when a dataflow edge it stands for is in the explanation (an edge into or out of a
     // collapsed box stands for several).
     const std::pair<NodeId, NodeId>* marked = nullptr;
@@ -432,91 +409,98 @@ void DrawCanvas(App& app) {
       thickness = std::clamp(3.0f * zoom, 2.5f, 5.0f);
     }
     if (zoom < 0.08f) {
-      dl->AddLine(view.toScreen(e.points.front()), view.toScreen(e.points.back()), colour, thickness);
+      f.dl->AddLine(f.view.toScreen(e.points.front()), f.view.toScreen(e.points.back()), colour, thickness);
     } else {
       for (std::size_t i = 0; i + 3 < e.points.size(); i += 3) {
-        dl->AddBezierCubic(view.toScreen(e.points[i]), view.toScreen(e.points[i + 1]),
-                           view.toScreen(e.points[i + 2]), view.toScreen(e.points[i + 3]), colour,
-                           thickness, zoom < 0.4f ? 6 : 0);
+        f.dl->AddBezierCubic(f.view.toScreen(e.points[i]), f.view.toScreen(e.points[i + 1]),
+                             f.view.toScreen(e.points[i + 2]), f.view.toScreen(e.points[i + 3]), colour,
+                             thickness, zoom < 0.4f ? 6 : 0);
       }
     }
     if (e.hasArrow && zoom > 0.25f) {
-      drawArrow(dl, view.toScreen(e.points.back()), view.toScreen(e.arrowTip), colour, 7.0f * zoom + 2);
+      drawArrow(f.dl, f.view.toScreen(e.points.back()), f.view.toScreen(e.arrowTip), colour, 7.0f * zoom + 2);
     }
     ++ui.record.edgesDrawn;
   }
+}
 
-  // Nodes.
+/// A node's title and lines, centred in its box [a, b] (Graphviz's lines: a 10 pt title, then 8 pt
+/// lines; ours are 11 and 9.35 px at zoom 1).
+void drawNodeLabel(const CanvasNode& n, ImVec2 a, ImVec2 b, ImU32 text, const CanvasFrame& f) {
+  ImFont* font = ImGui::GetFont();
+  const float fontSize = f.fontSize;
+  const ImVec4 clip(a.x + 2, a.y, b.x - 2, b.y);
+  const float titleH = fontSize * 1.05f, lineH = fontSize * 0.85f * 1.05f;
+  const float total = titleH + lineH * n.lines.size();
+  float y = (a.y + b.y) * 0.5f - std::min(total, b.y - a.y) * 0.5f;
+  auto centred = [&](const std::string& s, float sizePx, float height) {
+    const ImVec2 ts = font->CalcTextSizeA(sizePx, FLT_MAX, 0, s.c_str());
+    f.dl->AddText(font, sizePx, ImVec2((a.x + b.x - ts.x) * 0.5f, y), text, s.c_str(), nullptr, 0, &clip);
+    y += height;
+  };
+  centred(n.title, fontSize, titleH);
+  for (const auto& l : n.lines) {
+    if (y + lineH > b.y + 1) break;
+    centred(l, fontSize * 0.85f, lineH);
+  }
+}
+
+/// Nodes and collapsed blocks, with the selection's roles. Returns the hovered node (-1: none).
+int drawNodes(UiState& ui, const CanvasFrame& f) {
+  const Highlight& h = *f.h;
   int hoveredNode = -1;
-  for (std::size_t i = 0; i < scene.nodes.size(); ++i) {
-    const CanvasNode& n = scene.nodes[i];
-    if (!overlaps(n.min, n.max, vmin, vmax)) continue;
-    ImVec2 a = view.toScreen(n.min), b = view.toScreen(n.max);
+  for (std::size_t i = 0; i < ui.scene.nodes.size(); ++i) {
+    const CanvasNode& n = ui.scene.nodes[i];
+    if (!overlaps(n.min, n.max, f.vmin, f.vmax)) continue;
+    ImVec2 a = f.view.toScreen(n.min), b = f.view.toScreen(n.max);
     b = ImVec2(std::max(b.x, a.x + 2), std::max(b.y, a.y + 2));
     const Role role = n.block >= 0 ? blockRole(h, n) : h.role(n.node);
     const bool dimmed = h.ln != kNone && role == Role::None;
     ImU32 fill = n.fill;
     if (dimmed) fill = (fill & 0x00ffffff) | (110u << 24);  // the selection's story stands out
-    const float rounding = std::min(6.0f, 4.0f * zoom);
-    dl->AddRectFilled(a, b, fill, rounding);
+    const float rounding = std::min(6.0f, 4.0f * f.zoom);
+    f.dl->AddRectFilled(a, b, fill, rounding);
     if (n.block >= 0 && n.layerNorms > 0) {
       // A collapsed block's bar: the share of its LNs that fold.
       const float frac = static_cast<float>(n.foldable) / n.layerNorms;
       const float barH = std::max(3.0f, (b.y - a.y) * 0.12f);
       const float split = a.x + (b.x - a.x) * frac;
-      dl->AddRectFilled(ImVec2(a.x, b.y - barH), ImVec2(split, b.y), palette::kLnFoldable);
-      dl->AddRectFilled(ImVec2(split, b.y - barH), b, palette::kLnNotFoldable);
+      f.dl->AddRectFilled(ImVec2(a.x, b.y - barH), ImVec2(split, b.y), palette::kLnFoldable);
+      f.dl->AddRectFilled(ImVec2(split, b.y - barH), b, palette::kLnNotFoldable);
     }
-    const bool selected = n.node != kNone && n.node == ui.selectedNode;
     if (role != Role::None) {
-      dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), palette::roleColour(role),
-                  rounding, 0, std::clamp(3.0f * zoom, 2.0f, 4.0f));
+      f.dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), palette::roleColour(role), rounding, 0,
+                    std::clamp(3.0f * f.zoom, 2.0f, 4.0f));
     } else {
-      dl->AddRect(a, b, dimmed ? (n.border & 0x00ffffff) | (110u << 24) : n.border, rounding, 0, 1.0f);
+      f.dl->AddRect(a, b, dimmed ? (n.border & 0x00ffffff) | (110u << 24) : n.border, rounding, 0, 1.0f);
     }
-    if (selected) {
-      dl->AddRect(ImVec2(a.x - 5, a.y - 5), ImVec2(b.x + 5, b.y + 5), IM_COL32(255, 255, 255, 255),
-                  rounding + 2, 0, 2.0f);
+    if (n.node != kNone && n.node == ui.selectedNode) {
+      f.dl->AddRect(ImVec2(a.x - 5, a.y - 5), ImVec2(b.x + 5, b.y + 5), IM_COL32(255, 255, 255, 255),
+                    rounding + 2, 0, 2.0f);
     }
-    if (labels && b.y - a.y >= fontSize) {
+    if (f.labels && b.y - a.y >= f.fontSize) {
       if (n.block >= 0) ++ui.record.blockLabelsDrawn;
-      const ImU32 text = dimmed ? IM_COL32(150, 150, 150, 255) : textOn(n.fill);
-      const ImVec4 clip(a.x + 2, a.y, b.x - 2, b.y);
-      // Graphviz's lines: a 10 pt title, then 8 pt lines; ours are 11 and 9.35 px at zoom 1.
-      const float titleH = fontSize * 1.05f, lineH = fontSize * 0.85f * 1.05f;
-      const float total = titleH + lineH * n.lines.size();
-      float y = (a.y + b.y) * 0.5f - std::min(total, b.y - a.y) * 0.5f;
-      auto centred = [&](const std::string& s, float sizePx, float height) {
-        const ImVec2 ts = font->CalcTextSizeA(sizePx, FLT_MAX, 0, s.c_str());
-        dl->AddText(font, sizePx, ImVec2((a.x + b.x - ts.x) * 0.5f, y), text, s.c_str(), nullptr, 0,
-                    &clip);
-        y += height;
-      };
-      centred(n.title, fontSize, titleH);
-      for (const auto& l : n.lines) {
-        if (y + lineH > b.y + 1) break;
-        centred(l, fontSize * 0.85f, lineH);
-      }
+      drawNodeLabel(n, a, b, dimmed ? IM_COL32(150, 150, 150, 255) : textOn(n.fill), f);
       ++ui.record.labelsDrawn;
     }
-    if (hovered && io.MousePos.x >= a.x && io.MousePos.x <= b.x && io.MousePos.y >= a.y &&
-        io.MousePos.y <= b.y) {
-      hoveredNode = static_cast<int>(i);
-    }
+    if (f.hovered && mouseIn(a, b)) hoveredNode = static_cast<int>(i);
     ++ui.record.nodesDrawn;
     if (n.block >= 0) ++ui.record.blockBoxesDrawn;
   }
-  dl->PopClipRect();
+  return hoveredNode;
+}
 
-  // Interaction with what is under the cursor.
+/// What a click, double-click or hover does to what is under the cursor.
+void interact(App& app, int hoveredNode, int hoveredCluster) {
+  UiState& ui = app.ui;
   if (hoveredNode >= 0) {
-    const CanvasNode& n = scene.nodes[hoveredNode];
+    const CanvasNode& n = ui.scene.nodes[hoveredNode];
     if (!n.tooltip.empty() && !ImGui::IsMouseDragging(0)) ImGui::SetTooltip("%s", n.tooltip.c_str());
     if (ImGui::IsMouseDoubleClicked(0) && n.blocks.size() > 1) {
       ungroupBlocks(app, n.blocks);
     } else if (ImGui::IsMouseDoubleClicked(0) && n.block >= 0) {
       toggleBlock(app, n.block, true);
-    } else if (ImGui::IsMouseReleased(0) && io.MouseDragMaxDistanceSqr[0] < 16.0f &&
+    } else if (ImGui::IsMouseReleased(0) && ImGui::GetIO().MouseDragMaxDistanceSqr[0] < 16.0f &&
                n.node != kNone && !ui.showFolded) {  // a click, not the end of a pan
       selectNode(app, n.node);
       if (const LayerNormVerdict* v = ui.model->analysis.verdictFor(n.node)) {
@@ -525,8 +509,60 @@ void DrawCanvas(App& app) {
       }
     }
   } else if (hoveredCluster >= 0 && ImGui::IsMouseDoubleClicked(0)) {
-    toggleBlock(app, scene.clusters[hoveredCluster].block, false);
+    toggleBlock(app, ui.scene.clusters[hoveredCluster].block, false);
   }
+}
+
+}  // namespace
+
+void DrawCanvas(App& app) {
+  UiState& ui = app.ui;
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(0, 0));
+  const bool open = ImGui::Begin("Graph", nullptr,
+                                 ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
+                                     ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoScrollbar |
+                                     ImGuiWindowFlags_NoScrollWithMouse |
+                                     ImGuiWindowFlags_NoBringToFrontOnFocus);
+  ImGui::PopStyleVar();
+  if (!open) {
+    ImGui::End();
+    return;
+  }
+  recordPanel(ui, "Graph");
+  drawToolbar(app);
+
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const ImVec2 size(std::max(avail.x, 50.0f), std::max(avail.y, 50.0f));
+  View view{origin, size, &ui.camera};
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(origin, ImVec2(origin.x + size.x, origin.y + size.y), palette::kCanvasBackground);
+
+  if (ui.scene.empty()) {
+    const char* text = ui.model ? "laying out the graph..." : ui.loadingPath.empty()
+                                                                 ? "Open a model with Ctrl+O"
+                                                                 : "loading the model...";
+    const ImVec2 ts = ImGui::CalcTextSize(text);
+    dl->AddText(ImVec2(origin.x + (size.x - ts.x) * 0.5f, origin.y + (size.y - ts.y) * 0.5f),
+                IM_COL32(200, 200, 200, 255), text);
+    ImGui::End();
+    return;
+  }
+
+  applyCameraRequests(ui, view);
+  const bool hovered = handleCanvasInput(app, view, origin, size);
+
+  // The folded graph has node ids of its own: the original's selection does not apply to it.
+  static const Highlight kNoHighlight;
+  const float fontSize = kTitlePt * ui.camera.zoom;
+  const CanvasFrame frame{dl, view, view.visibleMin(), view.visibleMax(), ui.camera.zoom,
+                          fontSize, fontSize >= kLegiblePx, hovered, ui.showFolded ? &kNoHighlight : &ui.highlight};
+  dl->PushClipRect(origin, ImVec2(origin.x + size.x, origin.y + size.y), true);
+  const int hoveredCluster = drawClusters(ui, frame);
+  drawEdges(ui, frame);
+  const int hoveredNode = drawNodes(ui, frame);
+  dl->PopClipRect();
+  interact(app, hoveredNode, hoveredCluster);
 
   drawLegend(dl, ImVec2(origin.x + 8, origin.y + 8), ui);
   if (ui.showFolded) drawFoldedCaption(dl, ui, view);

@@ -119,13 +119,10 @@ void drawVerdict(App& app, const LayerNormVerdict& v) {
 
 void DrawInspector(App& app) {
   UiState& ui = app.ui;
-  if (!ImGui::Begin("Inspector", &ui.showInspector, ImGuiWindowFlags_NoCollapse)) {
-    ImGui::End();
-    return;
-  }
-  recordPanel(ui, "Inspector");
-  if (!ui.model || ui.selectedNode == kNone) {
-    ImGui::TextDisabled("Select a LayerNorm in the table or a node on the canvas.");
+  const char* hint = "Select a LayerNorm in the table or a node on the canvas.";
+  if (!beginModelWindow(ui, "Inspector", &ui.showInspector, hint)) return;
+  if (ui.selectedNode == kNone) {
+    ImGui::TextDisabled("%s", hint);
     ImGui::End();
     return;
   }

@@ -52,16 +52,7 @@ void drawAnalysisSettings(App& app) {
 
 void DrawLnTable(App& app) {
   UiState& ui = app.ui;
-  if (!ImGui::Begin("LayerNorms", &ui.showLnTable, ImGuiWindowFlags_NoCollapse)) {
-    ImGui::End();
-    return;
-  }
-  recordPanel(ui, "LayerNorms");
-  if (!ui.model) {
-    ImGui::TextDisabled("No model loaded.");
-    ImGui::End();
-    return;
-  }
+  if (!beginModelWindow(ui, "LayerNorms", &ui.showLnTable)) return;
   const auto& result = ui.model->analysis;
   const auto& lns = result.layerNorms;
   ImGui::Text("%zu of %zu fold into RMSNorm", result.foldableCount(), lns.size());

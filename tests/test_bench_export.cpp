@@ -1,7 +1,7 @@
 // `foldnorm bench X.pt2`: the torch.export programs of tests/fixtures/export_fold_models.py folded
 // (verified by the interpreter in float32 and float64) and timed by the interpreter, with the
-// report the TorchScript bench writes; what it reports, not how fast anything is. Also the fold of
-// either kind of model that the GUI holds (bench::ModelFold).
+// report the TorchScript bench writes; what it reports, not how fast anything is. (The fold of
+// either format that the GUI holds is the model handle's: tests/test_model.cpp.)
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -149,39 +149,4 @@ TEST_CASE("a .pt2 with a dynamic batch is timed inside its range and refused out
   r = bench::runModelBench(path, o, progress);
   REQUIRE(r.cases.size() == 1);
   CHECK_THAT(r.cases[0].skipped, Catch::Contains("is 70, outside the range [2, 64]"));
-}
-
-TEST_CASE("the fold either kind of model gets is saved in its own format, never over the input",
-          "[python][export][bench]") {
-  auto dir = exportFixtures();
-  if (dir.empty()) return skipTest("no Python here to export the fixtures with");
-  const auto path = dir + "/prenorm.pt2";
-  const auto model = importModel(path);
-  const auto analysis = analyzeFoldability(model.graph);
-  FoldOptions options;
-  options.randomInputs = 1;
-  options.rmsOp = RmsOp::Aten;
-  const auto fold = bench::foldAnyModel(model, analysis, options);
-  REQUIRE(fold.exported);
-  CHECK_FALSE(fold.torchscript);
-  CHECK(fold.report().verification.passed());
-  CHECK(fold.report().folded.size() == 3);
-  CHECK(std::string(bench::foldedExtension(model)) == ".pt2");
-
-  const auto size = std::filesystem::file_size(path);
-  CHECK_THROWS_AS(bench::saveModelFold(fold, model, path), Error);
-  CHECK(std::filesystem::file_size(path) == size);
-
-  ScratchDir out("foldnorm-bench-export");
-  const auto written = (out.path / "prenorm.folded.pt2").string();
-  bench::saveModelFold(fold, model, written);
-  const auto back = importModel(written);
-  REQUIRE(back.exported);
-  int rms = 0, ln = 0;
-  for (NodeId id = 0; id < back.graph.nodeCount(); ++id) {
-    rms += back.graph.node(id).kind == "aten::rms_norm";
-    ln += back.graph.node(id).kind == "aten::layer_norm";
-  }
-  CHECK(rms == 3);
-  CHECK(ln == 0);
 }

@@ -150,3 +150,55 @@ TEST_CASE("docs/design.md's map of the folders matches the tree", "[docs]") {
                "row's folder) in the row it belongs to");
   }
 }
+
+namespace {
+
+std::size_t lineCount(const fs::path& file) {
+  std::ifstream in(file);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("no source file passes 600 lines counted with its own header", "[docs]") {
+  // docs/design.md's rule: a .cpp (or .cu) together with its header (the same name beside it, or
+  // under include/foldnorm/ at the same place), and every header that has no source of its own.
+  constexpr std::size_t kLimit = 600;
+  const fs::path root(FOLDNORM_SOURCE_DIR);
+  std::set<fs::path> counted;  // headers counted with their source
+  std::vector<std::string> over;
+  std::size_t sources = 0;
+  for (const char* top : {"src", "gui", "python/src"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      const auto ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".cu")) continue;
+      ++sources;
+      const auto stem = entry.path().stem().string();
+      const auto rel = fs::relative(entry.path().parent_path(), root / "src");
+      std::vector<fs::path> headers{entry.path().parent_path() / (stem + ".h")};
+      if (std::string(top) == "src") headers.push_back(root / "include" / "foldnorm" / rel / (stem + ".h"));
+      std::size_t n = lineCount(entry.path());
+      std::string with;
+      for (const auto& h : headers) {
+        if (!fs::exists(h)) continue;
+        n += lineCount(h);
+        counted.insert(fs::canonical(h));
+        with += " + " + fs::relative(h, root).string();
+      }
+      if (n > kLimit) over.push_back(fs::relative(entry.path(), root).string() + with + ": " + std::to_string(n));
+    }
+  }
+  for (const char* top : {"src", "include/foldnorm", "gui", "python/src"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      if (!entry.is_regular_file() || entry.path().extension() != ".h" || counted.count(fs::canonical(entry.path())))
+        continue;
+      const auto n = lineCount(entry.path());
+      if (n > kLimit) over.push_back(fs::relative(entry.path(), root).string() + ": " + std::to_string(n));
+    }
+  }
+  CHECK(sources > 100);  // the walk found the tree
+  for (const auto& file : over)
+    FAIL_CHECK(file << " lines, over the " << kLimit << "-line limit (docs/design.md): split it where it has two jobs");
+}

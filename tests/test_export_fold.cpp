@@ -10,7 +10,7 @@
 #include "foldnorm/fold/fold_export.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "skip.h"
 
 using namespace foldnorm;
@@ -21,13 +21,14 @@ TEST_CASE("a folded .pt2 is equivalent in float64 and reads back as written", "[
   if (dir.empty()) return skipTest("no Python here to export the fixtures with");
   ScratchDir out("foldnorm-export-fold");
   for (const auto& name : kExportPrograms) {
-    for (auto op : {ExportRmsOp::Aten, ExportRmsOp::Foldnorm}) {
-      INFO(name << (op == ExportRmsOp::Aten ? " (aten.rms_norm)" : " (foldnorm::rms_norm)"));
+    for (auto op : {RmsOp::Aten, RmsOp::Foldnorm}) {
+      INFO(name << (op == RmsOp::Aten ? " (aten.rms_norm)" : " (foldnorm::rms_norm)"));
       auto model = importExport(dir + "/" + name + ".pt2");
       auto analysis = analyzeFoldability(model.graph);
       FoldOptions options;
       options.randomInputs = 2;
-      auto folded = foldExport(model, analysis, options, op);
+      options.rmsOp = op;
+      auto folded = foldExport(model, analysis, options);
       const auto& v = folded.report.verification;
       REQUIRE(v.ran);
       CHECK(v.float64Equivalent);
@@ -48,13 +49,13 @@ TEST_CASE("a folded .pt2 is equivalent in float64 and reads back as written", "[
       CHECK(v.unexplainedFlips == 0);
       CHECK(v.passed());
       // The report names the op the LNs became.
-      CHECK(folded.report.rmsOp == (op == ExportRmsOp::Aten ? RmsOp::Aten : RmsOp::Foldnorm));
-      CHECK_THAT(toText(folded.report), Catch::Contains(op == ExportRmsOp::Aten ? "into aten::rms_norm (+ a bias add"
+      CHECK(folded.report.rmsOp == op);
+      CHECK_THAT(toText(folded.report), Catch::Contains(op == RmsOp::Aten ? "into aten::rms_norm (+ a bias add"
                                                                                : "into foldnorm::rms_norm;"));
-      CHECK(toJson(folded.report)["rms_op"] == (op == ExportRmsOp::Aten ? "aten" : "foldnorm"));
+      CHECK(toJson(folded.report)["rms_op"] == (op == RmsOp::Aten ? "aten" : "foldnorm"));
       // The fold changed something real: every fixture has a foldable LayerNorm.
       CHECK(analysis.foldableCount() > 0);
-      auto path = (out.path / (name + (op == ExportRmsOp::Aten ? "-aten" : "-op") + ".pt2")).string();
+      auto path = (out.path / (name + (op == RmsOp::Aten ? "-aten" : "-op") + ".pt2")).string();
       saveFoldedExport(folded, model, path);
       auto back = readExportArchive(path);
       CHECK(back.program == folded.program);

@@ -55,7 +55,8 @@ TEST_CASE("export corpus twins with scaled or inserted centerings fold and verif
       for (const auto& a : p.actions) scaledModels += a.scale != kNone;
     FoldOptions options;
     options.randomInputs = 1;
-    auto fold = foldExport(model, analysis, options, ExportRmsOp::Foldnorm);
+    options.rmsOp = RmsOp::Foldnorm;
+    auto fold = foldExport(model, analysis, options);
     const auto& v = fold.report.verification;
     CHECK(v.float64Equivalent);
     CHECK(v.worstRelative64 <= 1e-9);

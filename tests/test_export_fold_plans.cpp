@@ -11,7 +11,7 @@
 #include "foldnorm/fold/fold_export.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "skip.h"
 
 using namespace foldnorm;
@@ -37,14 +37,15 @@ struct Folded {
 
 /// Folds `name` (analysis options `ao`), checks the float64 verdict, saves, reads back and runs
 /// the written program on the fixture's second input against Python's outputs of the original.
-Folded foldChecked(const std::string& dir, const std::string& name, const AnalysisOptions& ao, ExportRmsOp op,
+Folded foldChecked(const std::string& dir, const std::string& name, const AnalysisOptions& ao, RmsOp op,
                    bool fuse, const std::string& out) {
   auto model = importExport(dir + "/" + name + ".pt2");
   Folded f{analyzeFoldability(model.graph, ao), {}};
   FoldOptions options;
   options.randomInputs = 2;
   options.fuseAddNorm = fuse;
-  f.fold = foldExport(model, f.analysis, options, op);
+  options.rmsOp = op;
+  f.fold = foldExport(model, f.analysis, options);
   const auto& v = f.fold.report.verification;
   CHECK(v.ran);
   CHECK(v.float64Equivalent);
@@ -80,8 +81,8 @@ TEST_CASE("a .pt2 fold absorbs LayerScale, inserts a centering and fuses residua
   auto path = [&](const std::string& n) { return (out.path / (n + ".pt2")).string(); };
 
   SECTION("LayerScale: scaled centerings fold every LN") {
-    auto paper = foldChecked(dir, "layerscale", paperOnly(), ExportRmsOp::Aten, true, path("ls-paper"));
-    auto f = foldChecked(dir, "layerscale", {}, ExportRmsOp::Aten, true, path("ls"));
+    auto paper = foldChecked(dir, "layerscale", paperOnly(), RmsOp::Aten, true, path("ls-paper"));
+    auto f = foldChecked(dir, "layerscale", {}, RmsOp::Aten, true, path("ls"));
     CHECK(paper.analysis.foldableCount() < f.analysis.foldableCount());  // the scales are what it takes
     CHECK(f.analysis.foldableCount() == f.analysis.layerNorms.size());
     std::size_t scaled = 0;
@@ -91,9 +92,9 @@ TEST_CASE("a .pt2 fold absorbs LayerScale, inserts a centering and fuses residua
     CHECK(f.fold.report.fusedAddNorms == 0);  // the aten form stays unfused
   }
   SECTION("an embedding-LN stream: one inserted centering frees the stack") {
-    auto paper = foldChecked(dir, "embed_ln", paperOnly(), ExportRmsOp::Aten, true, path("emb-paper"));
-    for (auto op : {ExportRmsOp::Aten, ExportRmsOp::Foldnorm}) {
-      auto f = foldChecked(dir, "embed_ln", {}, op, true, path(op == ExportRmsOp::Aten ? "emb-aten" : "emb-op"));
+    auto paper = foldChecked(dir, "embed_ln", paperOnly(), RmsOp::Aten, true, path("emb-paper"));
+    for (auto op : {RmsOp::Aten, RmsOp::Foldnorm}) {
+      auto f = foldChecked(dir, "embed_ln", {}, op, true, path(op == RmsOp::Aten ? "emb-aten" : "emb-op"));
       CHECK(f.fold.report.inserted.size() == 1);
       CHECK(f.analysis.foldableCount() == f.analysis.layerNorms.size());
       CHECK(paper.analysis.foldableCount() + 2 <= f.analysis.foldableCount());
@@ -105,20 +106,20 @@ TEST_CASE("a .pt2 fold absorbs LayerScale, inserts a centering and fuses residua
   SECTION("fusion: each residual add read by a folded norm becomes foldnorm::add_rms_norm") {
     for (const std::string name : {"prenorm", "layerscale", "embed_ln"}) {
       INFO(name);
-      auto f = foldChecked(dir, name, {}, ExportRmsOp::Foldnorm, true, path(name + "-fused"));
+      auto f = foldChecked(dir, name, {}, RmsOp::Foldnorm, true, path(name + "-fused"));
       const auto& graph = f.fold.program["graph_module"]["graph"];
       CHECK(f.fold.report.fusedAddNorms > 0);
       CHECK(countTargets(graph, "torch.ops.foldnorm.add_rms_norm.default") ==
             static_cast<std::size_t>(f.fold.report.fusedAddNorms));
       CHECK(countTargets(graph, "torch.ops.foldnorm.rms_norm.default") + f.fold.report.fusedAddNorms ==
             f.analysis.foldableCount());
-      auto unfused = foldChecked(dir, name, {}, ExportRmsOp::Foldnorm, false, path(name + "-unfused"));
+      auto unfused = foldChecked(dir, name, {}, RmsOp::Foldnorm, false, path(name + "-unfused"));
       CHECK(unfused.fold.report.fusedAddNorms == 0);
       CHECK(countTargets(unfused.fold.program["graph_module"]["graph"], "torch.ops.foldnorm.add_rms_norm.default") == 0);
     }
   }
   SECTION("an untie whose read is inside wrap_with_set_grad_enabled") {
-    auto f = foldChecked(dir, "grad_tied", {}, ExportRmsOp::Aten, true, path("grad-tied"));
+    auto f = foldChecked(dir, "grad_tied", {}, RmsOp::Aten, true, path("grad-tied"));
     REQUIRE(f.analysis.foldableCount() == 1);
     CHECK(f.fold.report.untied.size() == 1);
     CHECK(f.fold.added.size() == 1);
@@ -130,7 +131,7 @@ TEST_CASE("a .pt2 fold absorbs LayerScale, inserts a centering and fuses residua
     CHECK(sub["inputs"].size() == 3);
   }
   SECTION("an untie whose read is inside a higher-order op nested in another") {
-    auto f = foldChecked(dir, "grad_nested", {}, ExportRmsOp::Aten, true, path("grad-nested"));
+    auto f = foldChecked(dir, "grad_nested", {}, RmsOp::Aten, true, path("grad-nested"));
     REQUIRE(f.analysis.foldableCount() == 1);
     CHECK(f.fold.report.untied.size() == 1);
     // wrap_with_set_grad_enabled(False, g, ids, w) holding wrap_with_autocast(..., g2, w, x): the
@@ -166,7 +167,7 @@ TEST_CASE("a .pt2 that writes through views folds with the in-place ops kept", "
     REQUIRE(byPath.size() == 5);
     return byPath;
   };
-  auto paper = foldChecked(dir, "view_write", paperOnly(), ExportRmsOp::Aten, true, (out.path / "vw.pt2").string());
+  auto paper = foldChecked(dir, "view_write", paperOnly(), RmsOp::Aten, true, (out.path / "vw.pt2").string());
   auto p = verdicts(paper.analysis);
   CHECK(p["ln_a"]->foldable);
   CHECK_FALSE(p["ln_b"]->foldable);
@@ -186,8 +187,8 @@ TEST_CASE("a .pt2 that writes through views folds with the in-place ops kept", "
 
   // Beyond the paper: one centering inserted at the written stream's start, in the program right
   // after the in-place copy_ (the Graph's scatter has no node there), frees ln_c..ln_e.
-  for (auto op : {ExportRmsOp::Aten, ExportRmsOp::Foldnorm}) {
-    auto all = foldChecked(dir, "view_write", {}, op, true, (out.path / (op == ExportRmsOp::Aten ? "a.pt2" : "f.pt2")).string());
+  for (auto op : {RmsOp::Aten, RmsOp::Foldnorm}) {
+    auto all = foldChecked(dir, "view_write", {}, op, true, (out.path / (op == RmsOp::Aten ? "a.pt2" : "f.pt2")).string());
     auto v = verdicts(all.analysis);
     for (const char* ln : {"ln_a", "ln_c", "ln_d", "ln_e"}) CHECK(v[ln]->foldable);
     CHECK_FALSE(v["ln_b"]->foldable);
@@ -215,7 +216,7 @@ TEST_CASE("second held-out sweep: a buffer-indexed table untied by redirected re
   SECTION("the lookup's index buffer keeps its read; only the table's reads get the centered copy") {
     // CLIPSeg's .pt2 fold crashed: the redirected untie of the position table also redirected
     // the lookup's other operand, the position-id buffer, so the lookup got floats as indices.
-    auto f = foldChecked(dir, "position_ids", {}, ExportRmsOp::Aten, true, (out.path / "pos.pt2").string());
+    auto f = foldChecked(dir, "position_ids", {}, RmsOp::Aten, true, (out.path / "pos.pt2").string());
     CHECK(f.analysis.foldableCount() == 2);  // the script's float64 oracle: both LNs, table untied
     auto model = importExport(dir + "/position_ids.pt2");
     const auto& g = model.graph;
@@ -230,7 +231,7 @@ TEST_CASE("second held-out sweep: a buffer-indexed table untied by redirected re
   }
   SECTION("a linear whose result nothing reads is no consumer of the stream") {
     // The export keeps the dead call (DPT, CLIPSeg); its trace twin would not have it.
-    auto f = foldChecked(dir, "dead_reader", {}, ExportRmsOp::Aten, true, (out.path / "dead.pt2").string());
+    auto f = foldChecked(dir, "dead_reader", {}, RmsOp::Aten, true, (out.path / "dead.pt2").string());
     CHECK(f.analysis.foldableCount() == 2);
     auto model = importExport(dir + "/dead_reader.pt2");
     for (std::size_t n = 0; n < model.graph.nodeCount(); ++n)

@@ -5,7 +5,7 @@
 #include "foldnorm/common/error.h"
 #include "export_fold_fixtures.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "skip.h"
 
 using namespace foldnorm;

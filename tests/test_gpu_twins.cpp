@@ -105,7 +105,8 @@ TEST_CASE("a GPU export (.pt2 naming cuda:0) analyses, folds and verifies on the
     }
     FoldOptions o;
     o.randomInputs = 1;
-    auto folded = foldExport(gpu, b, o, ExportRmsOp::Aten);
+    o.rmsOp = RmsOp::Aten;
+    auto folded = foldExport(gpu, b, o);
     INFO(toText(folded.report));
     CHECK(folded.report.folded.size() == a.foldableCount());
     CHECK(folded.report.tracedDevice == "cuda:0");  // what the file names, kept in the folded program

@@ -230,6 +230,16 @@ TEST_CASE("collapse (--collapse) folds whole modules into one node with an LN su
   CHECK_THAT(dotNode(toDot(r.scene), module("h.0").id), Catch::Contains("1/1 LNs foldable"));
 }
 
+TEST_CASE("a collapsed module's verdict on its LNs is decided and worded in one place", "[render]") {
+  // What the modules view and the GUI's collapsed blocks both show.
+  CHECK(moduleRole(0, 0) == NodeRole::Module);
+  CHECK(moduleRole(2, 2) == NodeRole::ModuleAllFoldable);
+  CHECK(moduleRole(3, 1) == NodeRole::ModuleSomeFoldable);
+  CHECK(moduleRole(2, 0) == NodeRole::ModuleNoneFoldable);
+  CHECK(foldableCountText(0, 0) == "no LayerNorm");
+  CHECK(foldableCountText(3, 1) == "1/3 LNs foldable");
+}
+
 TEST_CASE("the layout for the GUI is in points, y down, with nodes inside their clusters", "[render]") {
   auto r = renderThreeBlocks();
   auto layout = layoutScene(r.scene);

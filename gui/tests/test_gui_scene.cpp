@@ -90,7 +90,7 @@ TEST_CASE("collapsing blocks folds each into one box and merges its edges", "[gu
     CHECK(h0.members == std::vector<NodeId>{10, 11});
     CHECK(h0.role == render::NodeRole::ModuleAllFoldable);
     CHECK(shown.nodes[2].role == render::NodeRole::ModuleSomeFoldable);
-    CHECK(h0.title == "h.0: 1/1 LNs fold");  // nothing shared: the whole path
+    CHECK(h0.title == "h.0: 1/1 LNs foldable");  // nothing shared: the whole path
     CHECK(h0.lines.back() == "2 ops");
     CHECK(c.blocksOfNode[1] == std::vector<int>{0});
     CHECK(c.blocksOfNode[0].empty());
@@ -172,12 +172,12 @@ TEST_CASE("identical blocks in a row are one box, and the box counts what its bl
     const CollapsedScene c = collapseBlocks(full, {}, runs);
     REQUIRE(c.scene.nodes.size() == 4);  // input, group, enc.3, output
     const render::SceneNode& g = c.scene.nodes[1];
-    CHECK(g.title == "enc.0-enc.2 x3: 3/3 LNs fold");
+    CHECK(g.title == "enc.0-enc.2 x3: 3/3 LNs foldable");
     CHECK(g.lines.back() == "3 blocks, 2 ops each");
     CHECK(g.members.size() == 6);
     CHECK(g.role == render::NodeRole::ModuleAllFoldable);
     CHECK(c.blocksOfNode[1] == std::vector<int>{0, 1, 2});
-    CHECK(c.scene.nodes[2].title == "enc.3: 0/1 LNs fold");
+    CHECK(c.scene.nodes[2].title == "enc.3: 0/1 LNs foldable");
     CHECK(c.scene.nodes[2].role == render::NodeRole::ModuleNoneFoldable);
     CHECK(c.scene.edges.size() == 3);  // input -> group -> enc.3 -> output
   }

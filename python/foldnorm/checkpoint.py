@@ -1,4 +1,4 @@
-"""Fold Hugging Face checkpoints too big to load (issue 29, method.md section 11).
+"""Fold Hugging Face checkpoints too big to load (issue 29, docs/method.md section 11).
 
 The plan depends on the architecture's code, not on its width or depth. ``plan_checkpoint(src)``
 builds the checkpoint's own config (``src/config.json``) with 3 layers and a small width,

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,9 +22,8 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold.h"
-#include "foldnorm/fold/fold_export.h"
+#include "foldnorm/fold/model.h"
 #include "foldnorm/fold/rotate.h"
-#include "foldnorm/import/export.h"
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/torch/torch_model.h"
 #ifdef FOLDNORM_WITH_RENDER
@@ -44,9 +44,10 @@ std::vector<InputSpec> parseSpecs(const std::vector<std::string>& specs) {
 
 /// An imported model and its analysis, kept together: the render and the fold read both.
 struct Analysis {
-  ImportedModel model;
+  std::optional<Model> model;  // set by analyze()
   AnalysisResult result;
   AnalysisOptions options;
+  const Graph& graph() const { return model->graph(); }
 };
 
 std::shared_ptr<Analysis> analyze(const std::string& path, const std::vector<std::string>& inputs,
@@ -61,9 +62,9 @@ std::shared_ptr<Analysis> analyze(const std::string& path, const std::vector<std
   io.inputs = parseSpecs(inputs);
   {
     py::gil_scoped_release release;
-    a->model = importModel(path, io);
+    a->model = Model::open(path, io);
     try {
-      a->result = analyzeFoldability(a->model.graph, a->options);
+      a->result = analyzeFoldability(a->graph(), a->options);
     } catch (const UnknownLayerNormPath& e) {
       throw Error("only=" + e.path() + ": no LayerNorm with that module path (analyze() lists them)");
     }
@@ -75,7 +76,7 @@ std::string svgOf(const Analysis& a, const std::string& lnName) {
 #ifdef FOLDNORM_WITH_RENDER
   auto options = render::parseViewSpec("ln:" + lnName);
   options.legend = true;
-  auto scene = render::buildScene(a.model.graph, a.result, options);
+  auto scene = render::buildScene(a.graph(), a.result, options);
   return render::renderToBytes(scene, render::ImageFormat::Svg);
 #else
   throw Error("this build of foldnorm has no Graphviz rendering (FOLDNORM_RENDER=OFF)");
@@ -92,43 +93,34 @@ std::vector<std::string> lnNames(const Analysis& a) {
 #endif
 }
 
-/// The CLI's `foldnorm fold`: returns (fold report JSON, folded module). The module is saved to
-/// `out` only when verification passed (or did not run). A .pt2 is folded into a .pt2 (written
-/// to `out` when given; the module returned is None: Python loads the file with torch.export).
-py::tuple foldTraced(const Analysis& a, const std::string& rmsOp, bool verify, int randomInputs,
-                     const std::string& device, const std::string& out) {
+/// The CLI's `foldnorm fold`, for either format: returns (fold report JSON, folded module). The
+/// fold is saved to `out` (when given) only when verification passed or did not run. A
+/// TorchScript fold's module comes back to Python; a .pt2 fold has no module to hand over (None:
+/// Python loads the written file with torch.export.load). rms_op "" is the format's default.
+py::tuple foldAnalysed(const Analysis& a, const std::string& rmsOp, bool verify, int randomInputs,
+                        const std::string& device, const std::string& out) {
   FoldOptions fo;
-  if (rmsOp == "aten") fo.rmsOp = RmsOp::Aten;
-  else if (rmsOp == "foldnorm") fo.rmsOp = RmsOp::Foldnorm;
-  else throw SettingError("rms_op", "rms_op must be 'foldnorm' or 'aten', not '" + rmsOp + "'");
-  if (a.model.exported) {
-    fo.verify = verify;
-    fo.randomInputs = randomInputs;
-    fo.device = device;
-    if (!out.empty()) checkOutputPath(a.model.path, out);
-    FoldedExport folded;
-    {
-      py::gil_scoped_release release;
-      folded = foldExport(a.model, a.result, fo, exportRmsOpFromName(rmsOp));
-      const auto& v = folded.report.verification;
-      if (!out.empty() && (!v.ran || v.float64Equivalent)) folded.report.savedFile = saveFoldedExport(folded, a.model, out);
-    }
-    return py::make_tuple(toJson(folded.report).dump(), py::none());
-  }
+  if (!rmsOp.empty()) fo.rmsOp = parseRmsOp(rmsOp);
   if (randomInputs < 0 || randomInputs > 100)
     throw SettingError("random_inputs", "random_inputs must be within [0, 100]");
   fo.verify = verify;
   fo.randomInputs = randomInputs;
   fo.device = device;
-  if (!out.empty()) checkOutputPath(a.model.path, out);
-  FoldedModel folded;
+  if (!out.empty()) a.model->checkOutput(out);
+  std::optional<ModelFold> folded;
+  FoldReport report;
   {
     py::gil_scoped_release release;
-    folded = foldModel(a.model, a.result, fo);
-    const auto& v = folded.report.verification;
-    if (!out.empty() && (!v.ran || v.float64Equivalent)) folded.report.savedFile = saveFolded(folded, a.model, out);
+    folded = a.model->fold(a.result, fo);
+    report = folded->report();
+    const auto& v = report.verification;
+    if (!out.empty() && (!v.ran || v.float64Equivalent)) report.savedFile = a.model->save(*folded, out);
   }
-  return py::make_tuple(toJson(folded.report).dump(), folded.torch->module);
+  struct ModuleOf {
+    py::object operator()(const std::shared_ptr<const FoldedModel>& f) const { return py::cast(f->torch->module); }
+    py::object operator()(const std::shared_ptr<const FoldedExport>&) const { return py::none(); }
+  };
+  return py::make_tuple(toJson(report).dump(), std::visit(ModuleOf{}, folded->parts()));
 }
 
 /// The CLI's `foldnorm rotate` (and `fold --absorb-affine` with rotate=false): returns (JSON text
@@ -147,8 +139,8 @@ py::tuple rotateTraced(const Analysis& a, bool rotate, const std::string& rotati
   RotatedModel rotated;
   {
     py::gil_scoped_release release;
-    rotated = rotateModel(a.model, a.result, fo, ro);
-    if (!out.empty() && rotated.report.passed) saveRotated(rotated, a.model, out);
+    rotated = rotateModel(a.model->imported(), a.result, fo, ro);
+    if (!out.empty() && rotated.report.passed) saveRotated(rotated, a.model->imported(), out);
   }
   nlohmann::json j{{"fold", toJson(rotated.folded.report)}, {"stage", toJson(rotated.report)}};
   return py::make_tuple(j.dump(), rotated.folded.torch->module);
@@ -197,15 +189,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::register_exception<Error>(m, "FoldnormError", PyExc_RuntimeError);
 
   py::class_<Analysis, std::shared_ptr<Analysis>>(m, "Analysis")
-      .def("json", [](const Analysis& a) { return toJson(a.model.graph, a.result, a.model.path).dump(); },
+      .def("json", [](const Analysis& a) { return toJson(a.graph(), a.result, a.model->path()).dump(); },
            "The analysis as the CLI's JSON (schema foldnorm-analysis/1)")
-      .def("text", [](const Analysis& a, bool verbose) { return toText(a.model.graph, a.result, verbose); },
+      .def("text", [](const Analysis& a, bool verbose) { return toText(a.graph(), a.result, verbose); },
            py::arg("verbose") = false, "The CLI's text report")
-      .def("format", [](const Analysis& a) { return a.model.exported ? "pt2" : "torchscript"; },
+      .def("format", [](const Analysis& a) { return a.model->format(); },
            "What the analysed file is: a torch.export archive (pt2) or TorchScript")
       .def("input_specs", [](const Analysis& a) {
              std::vector<std::string> s;
-             for (const auto& spec : a.model.inputSpecs) s.push_back(spec.toString());
+             for (const auto& spec : a.model->inputSpecs()) s.push_back(spec.toString());
              return s;
            })
       .def("ln_names", &lnNames, "Names the ln: view accepts, one per LayerNorm in graph order")
@@ -214,7 +206,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              return verdictSentence(a.result.layerNorms[i]);
            })
       .def("svg", &svgOf, py::arg("ln_name"), "SVG of one LayerNorm's mean-zero graph (the ln: view)")
-      .def("fold", &foldTraced, py::arg("rms_op") = "foldnorm", py::arg("verify") = true,
+      .def("fold", &foldAnalysed, py::arg("rms_op") = "", py::arg("verify") = true,
            py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "")
       .def("rotate", &rotateTraced, py::arg("rotate") = true, py::arg("rotation") = "hadamard", py::arg("seed") = 0,
            py::arg("random_inputs") = 1, py::arg("out") = "",

@@ -1,6 +1,6 @@
 // `foldnorm bench X.pt2`: the original and the folded torch.export program, both run by foldnorm's
-// interpreter (torch/export_interpreter.h), timed as the TorchScript bench times its modules
-// (bench_model_internal.h); and the fold of either kind of model for the GUI (ModelFold).
+// interpreter (interpreter/export_interpreter.h), timed as the TorchScript bench times its modules
+// (bench_model_internal.h); and benchModel, which hands a model's fold to its format's timer.
 #include <c10/core/InferenceMode.h>
 
 #include <optional>
@@ -11,9 +11,10 @@
 #include "foldnorm/common/measure.h"
 #include "foldnorm/common/memory.h"
 #include "foldnorm/fold/fold_export.h"
+#include "foldnorm/fold/model.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "foldnorm/torch/torch_model.h"
 
 namespace foldnorm::bench {
@@ -114,8 +115,6 @@ Bind bindProgram(const ExportInterpreter& program) {
   };
 }
 
-ExportRmsOp exportRmsOp(RmsOp op) { return op == RmsOp::Aten ? ExportRmsOp::Aten : ExportRmsOp::Foldnorm; }
-
 }  // namespace
 
 FoldedExport foldExportForBench(const ImportedModel& model, const AnalysisResult& analysis,
@@ -124,7 +123,7 @@ FoldedExport foldExportForBench(const ImportedModel& model, const AnalysisResult
   if (!model.exported) throw std::logic_error("bench: a .pt2 fold of a model that is not a .pt2");
   detail::requireSomethingFolds(model, analysis);
   const auto foldOptions = detail::foldOptionsFor(options, progress);
-  return foldExport(model, analysis, foldOptions, exportRmsOp(foldOptions.rmsOp));
+  return foldExport(model, analysis, foldOptions);
 }
 
 ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& folded,
@@ -178,32 +177,12 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& f
 
 ModelBenchReport benchModel(const ImportedModel& model, const AnalysisResult& analysis,
                             const BenchModelOptions& options, std::ostream& progress) {
-  if (model.exported) return runModelBench(model, foldExportForBench(model, analysis, options, progress), options, progress);
-  return runModelBench(model, foldForBench(model, analysis, options, progress), options, progress);
+  detail::checkOptions(options);
+  detail::requireSomethingFolds(model, analysis);
+  const ModelFold fold = Model::borrow(model).fold(analysis, detail::foldOptionsFor(options, progress));
+  // Each format's fold to its own timer (runModelBench's two overloads).
+  return std::visit([&](const auto& folded) { return runModelBench(model, *folded, options, progress); },
+                    fold.parts());
 }
-
-const FoldReport& ModelFold::report() const {
-  if (torchscript) return torchscript->report;
-  if (exported) return exported->report;
-  throw std::logic_error("ModelFold: empty");
-}
-
-ModelFold foldAnyModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
-  ModelFold fold;
-  if (model.exported) {
-    fold.exported = std::make_shared<const FoldedExport>(foldExport(model, analysis, options, exportRmsOp(options.rmsOp)));
-  } else {
-    fold.torchscript = std::make_shared<const FoldedModel>(foldModel(model, analysis, options));
-  }
-  return fold;
-}
-
-SavedFileCheck saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath) {
-  if (fold.exported) return saveFoldedExport(*fold.exported, model, outPath);
-  if (fold.torchscript) return saveFolded(*fold.torchscript, model, outPath);
-  else throw std::logic_error("ModelFold: empty");
-}
-
-const char* foldedExtension(const ImportedModel& model) { return model.exported ? ".pt2" : ".pt"; }
 
 }  // namespace foldnorm::bench

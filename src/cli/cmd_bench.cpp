@@ -49,7 +49,7 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_option("--rms-op", o.rmsOp,
                   "What the folded LNs become: foldnorm (our fused op, the fast one on CPU) or aten "
                   "(aten::rms_norm plus a bias add)")
-      ->check(CLI::IsMember({"foldnorm", "aten"}))
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kRmsOpNames), std::end(kRmsOpNames))))
       ->capture_default_str();
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--seq", o.seqs,

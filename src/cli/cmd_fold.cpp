@@ -1,7 +1,7 @@
 // foldnorm fold MODEL.pt|MODEL.pt2 -o OUT [--input SPEC]... [--no-untie] [--only LN_PATH]...
 //               [--no-scale-absorb] [--no-insert-centering] [--rms-op foldnorm|aten]
 //               [--device cpu|cuda] [--no-verify] [--random N] [--no-fuse] [--json] [--absorb-affine]
-// A .pt2 (torch.export) is folded into a .pt2 (fold/fold_export.h), a TorchScript file into a .pt.
+// A .pt2 (torch.export) is folded into a .pt2, a TorchScript file into a .pt (fold/model.h).
 #include <torch/cuda.h>
 
 #include <cstdio>
@@ -12,9 +12,7 @@
 #include "rotate_request.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold.h"
-#include "foldnorm/fold/fold_export.h"
-#include "foldnorm/import/export.h"
-#include "foldnorm/torch/torch_model.h"
+#include "foldnorm/fold/model.h"
 
 namespace foldnorm::cli {
 namespace {
@@ -46,7 +44,7 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_option("--rms-op", o->rmsOp, "foldnorm: our fused op (fast; loading the model needs "
                                        "libfoldnorm_ops.so); aten: aten::rms_norm plus a bias add "
                                        "(runs in plain PyTorch). Default: foldnorm for a .pt, aten for a .pt2")
-      ->check(CLI::IsMember({"foldnorm", "aten"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kRmsOpNames), std::end(kRmsOpNames))));
   cmd->add_flag("--json", o->json, "Print the fold report as JSON (schema foldnorm-fold/1)");
   cmd->add_flag("--absorb-affine", o->absorbAffine,
                 "Move each folded norm's weight and bias into its readers where all are linear (weightless "
@@ -67,30 +65,26 @@ void setup(CLI::App& app, int& exitCode) {
     ImportOptions io;
     for (const auto& s : o->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = progress;
-    auto model = importModel(o->model, io);
-    checkFoldedOutputKind(model, o->out);  // the kind is known by content only now, before any fold work
-    // The fold clones the loaded module; the file's bytes kept for fresh copies (as many again
+    const Model model = Model::open(o->model, io);
+    model.checkOutput(o->out);  // the kind is known by content only now, before any fold work
+    // The fold copies the loaded model; the file's bytes kept for fresh copies (as many again
     // as the model) are not needed past the import.
-    if (model.torch) model.torch->archive.reset();
+    model.releaseFileBytes();
     AnalysisOptions ao;
     ao.allowUntie = !o->noUntie;
     ao.only = o->only;
     ao.scaleAbsorb = !o->noScaleAbsorb;
     ao.insertCentering = !o->noInsertCentering;
-    auto analysis = analyzeWithOnlyOption(model.graph, ao);
+    auto analysis = analyzeWithOnlyOption(model.graph(), ao);
     FoldOptions fo;
     fo.verify = !o->noVerify;
     fo.randomInputs = o->random;
     fo.device = o->device;
     fo.fuseAddNorm = !o->noFuse;
-    const std::string rmsOp = o->rmsOp.empty() ? (model.exported ? "aten" : "foldnorm") : o->rmsOp;
-    fo.rmsOp = rmsOp == "aten" ? RmsOp::Aten : RmsOp::Foldnorm;
+    if (!o->rmsOp.empty()) fo.rmsOp = parseRmsOp(o->rmsOp);  // unset: the format's default
     fo.progress = progress;
-    FoldedModel folded;
-    FoldedExport foldedExport;
-    if (model.exported) foldedExport = foldExport(model, analysis, fo, exportRmsOpFromName(rmsOp));
-    else folded = foldModel(model, analysis, fo);
-    auto& report = model.exported ? foldedExport.report : folded.report;
+    const ModelFold folded = model.fold(analysis, fo);
+    FoldReport report = folded.report();
     const auto& v = report.verification;
     if (v.ran && !v.passed()) {
       if (o->json) std::cout << toJson(report).dump(2) << "\n";
@@ -108,7 +102,7 @@ void setup(CLI::App& app, int& exitCode) {
       return;
     }
     // The save loads the written file back and checks it (SavedFileCheck); the report says so.
-    report.savedFile = model.exported ? saveFoldedExport(foldedExport, model, o->out) : saveFolded(folded, model, o->out);
+    report.savedFile = model.save(folded, o->out);
     if (o->json) std::cout << toJson(report).dump(2) << "\n";
     else std::cout << toText(report);
     std::cerr << "[foldnorm] wrote " << o->out << "\n";

@@ -4,20 +4,10 @@
 
 #include "command.h"
 #include "foldnorm/graph/summary.h"
-#include "foldnorm/import/export.h"
-#include "foldnorm/import/export_archive.h"
+#include "foldnorm/fold/model.h"
 
 namespace foldnorm::cli {
 namespace {
-
-/// What a .pt2 says about its writer: torch version, export schema, IR dialect, aten opset.
-nlohmann::json exportVersions(const ExportArchive& a) {
-  return {{"torch_version", a.torchVersion},
-          {"schema_version", std::to_string(a.schemaMajor) + "." + std::to_string(a.schemaMinor)},
-          {"dialect", a.dialects.empty() ? std::string("?") : a.dialects.front()},
-          {"aten_opset", a.atenOpset},
-          {"archive_version", a.archiveVersion}};
-}
 
 struct InspectOptions {
   std::string model;
@@ -37,22 +27,16 @@ void setup(CLI::App& app, int& exitCode) {
     ImportOptions io;
     for (const auto& s : opts->inputs) io.inputs.push_back(parseInputSpec(s));
     io.progress = [](const std::string& m) { std::cerr << "[foldnorm] " << m << "\n"; };
-    auto model = importModel(opts->model, io);
+    const Model model = Model::open(opts->model, io);
     std::vector<std::string> specs;
-    for (const auto& s : model.inputSpecs) specs.push_back(s.toString());
-    auto summary = summarize(model.graph, model.path, specs);
-    const auto* archive = model.exported ? model.exported->archive.get() : nullptr;
+    for (const auto& s : model.inputSpecs()) specs.push_back(s.toString());
+    auto summary = summarize(model.graph(), model.path(), specs);
     if (opts->json) {
       auto j = toJson(summary);
-      if (archive) j["export"] = exportVersions(*archive);
+      j.update(model.fileInfo());  // a .pt2's writer ("export"), nothing for TorchScript
       std::cout << j.dump(2) << "\n";
     } else {
-      if (archive) {
-        const auto v = exportVersions(*archive);
-        std::cout << "torch.export program: written by torch " << v["torch_version"].get<std::string>()
-                  << ", export schema " << v["schema_version"].get<std::string>() << ", IR dialect "
-                  << v["dialect"].get<std::string>() << ", aten opset " << archive->atenOpset << "\n";
-      }
+      if (const auto line = model.fileInfoLine(); !line.empty()) std::cout << line << "\n";
       std::cout << toText(summary);
     }
     exitCode = 0;

@@ -11,8 +11,7 @@
 #include "rotate_request.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/rotate.h"
-#include "foldnorm/import/export.h"
-#include "foldnorm/torch/torch_model.h"
+#include "foldnorm/fold/model.h"
 
 namespace foldnorm::cli {
 
@@ -22,13 +21,11 @@ int runRotateStage(const RotateCliRequest& req) {
   ImportOptions io;
   for (const auto& s : req.inputs) io.inputs.push_back(parseInputSpec(s));
   io.progress = progress;
-  auto model = importModel(req.model, io);
-  if (!model.torch)
-    throw Error("'" + req.model + "' is a torch.export archive (.pt2): " +
-                (req.rotate ? "rotate" : "--absorb-affine") + " takes TorchScript models (.pt)");
+  const Model handle = Model::open(req.model, io);
+  const ImportedModel& model = handle.imported();  // a .pt2 is refused by rotateModel, in one line
   AnalysisOptions ao;
   ao.only = req.only;
-  auto analysis = analyzeWithOnlyOption(model.graph, ao);
+  auto analysis = analyzeWithOnlyOption(handle.graph(), ao);
   FoldOptions fo;
   fo.randomInputs = req.random;
   fo.progress = progress;

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "foldnorm/fold/fold_support.h"
+#include "foldnorm/fold/model.h"
 #include "fold_internal.h"
 
 namespace foldnorm::fold_detail {
@@ -156,9 +157,10 @@ void applyPlan(jit::Module& m, const std::shared_ptr<jit::Graph>& graph, const I
   centerParameters(m, graph, tables, model, analysis, report, centered);
   // Before the LN rewrite: an insertion may follow an LN node, which the rewrite destroys.
   insertCenterings(graph, tables, model, analysis, report);
-  replaceLayerNorms(graph, tables, model, analysis, options.rmsOp, report);
+  const RmsOp rmsOp = rmsOpFor(model, options);
+  replaceLayerNorms(graph, tables, model, analysis, rmsOp, report);
   // Fusion makes our op; the portable output (aten::rms_norm) stays unfused.
-  if (options.fuseAddNorm && options.rmsOp == RmsOp::Foldnorm) fuseAddNorms(graph, tables, model, report);
+  if (options.fuseAddNorm && rmsOp == RmsOp::Foldnorm) fuseAddNorms(graph, tables, model, report);
   jit::EliminateDeadCode(graph);
 }
 

@@ -22,7 +22,7 @@
 #include <set>
 
 #include "export_internal.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 
 namespace foldnorm::export_fold {
 namespace {

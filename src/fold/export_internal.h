@@ -111,11 +111,11 @@ void insertCenterings(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
 
 /// Each foldable LayerNorm becomes aten.rms_norm (+ aten.add.Tensor for a bias) or
 /// foldnorm::rms_norm; kept ones are reported with their reason.
-void replaceLayerNorms(ProgramEdit& edit, const AnalysisResult& analysis, ExportRmsOp rmsOp, FoldReport* report);
+void replaceLayerNorms(ProgramEdit& edit, const AnalysisResult& analysis, RmsOp rmsOp, FoldReport* report);
 
 /// Each aten.add.Tensor read by a folded foldnorm::rms_norm, with it, becomes one
 /// foldnorm::add_rms_norm where that is exact (conditions in export_fuse.cpp); the count in
-/// report->fusedAddNorms. After replaceLayerNorms (ExportRmsOp::Foldnorm only).
+/// report->fusedAddNorms. After replaceLayerNorms (RmsOp::Foldnorm only).
 void fuseAddNorms(ProgramEdit& edit, FoldReport* report);
 
 }  // namespace foldnorm::export_fold

@@ -8,7 +8,7 @@
 #include "export_internal.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/import/export.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 
 namespace foldnorm::export_fold {
 

@@ -117,7 +117,7 @@ void insertCenterings(ProgramEdit& edit, const AnalysisResult& analysis, FoldRep
   }
 }
 
-void replaceLayerNorms(ProgramEdit& edit, const AnalysisResult& analysis, ExportRmsOp rmsOp, FoldReport* report) {
+void replaceLayerNorms(ProgramEdit& edit, const AnalysisResult& analysis, RmsOp rmsOp, FoldReport* report) {
   const Graph& g = edit.model.graph;
   for (const auto& verdict : analysis.layerNorms) {
     if (!verdict.foldable) {
@@ -155,7 +155,7 @@ void replaceLayerNorms(ProgramEdit& edit, const AnalysisResult& analysis, Export
     json e = eps ? *eps : json{{"as_float", 1e-5}};  // layer_norm's default; rms_norm's would be dtype eps
     json input = *namedInput(ln, "input"), shape = *namedInput(ln, "normalized_shape");
     std::vector<json> repl;
-    if (rmsOp == ExportRmsOp::Foldnorm) {
+    if (rmsOp == RmsOp::Foldnorm) {
       repl.push_back(newNode(ln, "torch.ops.foldnorm.rms_norm.default",
                              {positional("input", input), positional("normalized_shape", shape), positional("weight", w),
                               positional("bias", b), positional("eps", e)}, {out}));

@@ -12,9 +12,10 @@
 #include "foldnorm/common/memory.h"
 #include "foldnorm/common/setting_error.h"
 #include "foldnorm/fold/fold_support.h"
+#include "foldnorm/fold/model.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 
 namespace foldnorm {
 
@@ -51,13 +52,13 @@ struct PlanResult {
 /// centerings (before the LN rewrite, which replaces nodes an insertion may follow), the LN
 /// rewrite, the fusion of our op (the portable aten form stays unfused).
 PlanResult applyPlan(const ImportedModel& model, const json& program, const State& state,
-                     const AnalysisResult& analysis, const FoldOptions& options, ExportRmsOp rmsOp,
-                     FoldReport* report) {
+                     const AnalysisResult& analysis, const FoldOptions& options, FoldReport* report) {
   export_fold::ProgramEdit edit(model, program, state);
   export_fold::centerParameters(edit, analysis, report);
   export_fold::insertCenterings(edit, analysis, report);
+  const RmsOp rmsOp = rmsOpFor(model, options);
   export_fold::replaceLayerNorms(edit, analysis, rmsOp, report);
-  if (options.fuseAddNorm && rmsOp == ExportRmsOp::Foldnorm) export_fold::fuseAddNorms(edit, report);
+  if (options.fuseAddNorm && rmsOp == RmsOp::Foldnorm) export_fold::fuseAddNorms(edit, report);
   edit.splice();
   return {std::move(edit.program), std::move(edit.state), std::move(edit.added)};
 }
@@ -73,7 +74,7 @@ State archiveState(const ExportArchive& archive) {
 /// original vs the plan on float64 state), saved-float64 (the original vs folded.state, the
 /// float32 tensors the archive gets, run in float64), then the flips of each float32 output.
 Verification verify(const ImportedModel& model, const ExportArchive& archive, const AnalysisResult& analysis,
-                    const FoldedExport& folded, const FoldOptions& options, ExportRmsOp rmsOp,
+                    const FoldedExport& folded, const FoldOptions& options,
                     VerificationRuns* keep = nullptr) {
   auto setup = startVerification(model, analysis, archive.hasExampleInputs ? &archive.exampleInputs : nullptr, options);
   auto& v = setup.verification;
@@ -101,7 +102,7 @@ Verification verify(const ImportedModel& model, const ExportArchive& archive, co
     progress("verifying in float64 (copies of both programs)");
     auto state64 = castState(state, at::kDouble);
     ExportInterpreter original64(archive.program, state64, {at::kDouble, setup.device});
-    auto plan64 = applyPlan(model, archive.program, state64, analysis, options, rmsOp, nullptr);
+    auto plan64 = applyPlan(model, archive.program, state64, analysis, options, nullptr);
     ExportInterpreter folded64(plan64.program, plan64.state, {at::kDouble, setup.device});
     for (std::size_t r = 0; r < n; ++r) {
       step("in float64", r);
@@ -138,26 +139,7 @@ Verification verify(const ImportedModel& model, const ExportArchive& archive, co
 
 }  // namespace
 
-ExportRmsOp exportRmsOpFromName(const std::string& name) {
-  if (name == "aten") return ExportRmsOp::Aten;
-  if (name == "foldnorm") return ExportRmsOp::Foldnorm;
-  throw SettingError("rms_op", "unknown RMSNorm op '" + name + "' for a .pt2 fold (aten | foldnorm)");
-}
-
-void checkFoldedOutputKind(const ImportedModel& model, const std::string& outPath) {
-  const std::string ending = ".pt2";
-  const bool pt2 =
-      outPath.size() >= ending.size() && outPath.compare(outPath.size() - ending.size(), ending.size(), ending) == 0;
-  if (model.exported && !pt2)
-    throw Error("output '" + outPath + "': a .pt2 (torch.export) model folds into a .pt2, and torch.export.load "
-                "wants that ending: choose an output ending in .pt2");
-  if (!model.exported && pt2)
-    throw Error("output '" + outPath + "': a TorchScript model folds into a TorchScript file, which a .pt2 "
-                "ending would have read as a torch.export archive: choose an output ending in .pt");
-}
-
-FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options,
-                        ExportRmsOp rmsOp) {
+FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options) {
   if (!model.exported || !model.exported->archive) throw std::logic_error("fold: the model is not a .pt2 import");
   const auto& archive = *model.exported->archive;
   const State state = archiveState(archive);
@@ -166,26 +148,26 @@ FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analys
                      std::to_string(analysis.foldableCount()) + " LayerNorm(s)");
   FoldedExport folded;
   folded.report.input = model.path;
-  folded.report.rmsOp = rmsOp == ExportRmsOp::Aten ? RmsOp::Aten : RmsOp::Foldnorm;
+  folded.report.rmsOp = rmsOpFor(model, options);
   // The interpreter runs the program wherever it is asked; the written program keeps the devices
   // its file named (a GPU export stays one).
   folded.report.tracedDevice = folded.report.savedDevice = namedDevice(archive);
-  auto r = applyPlan(model, archive.program, state, analysis, options, rmsOp, &folded.report);
+  auto r = applyPlan(model, archive.program, state, analysis, options, &folded.report);
   folded.program = std::move(r.program);
   folded.state = std::move(r.state);
   folded.added = std::move(r.added);
   if (options.verify) {
     auto runs = std::make_shared<VerificationRuns>();
-    folded.report.verification = verify(model, archive, analysis, folded, options, rmsOp, runs.get());
+    folded.report.verification = verify(model, archive, analysis, folded, options, runs.get());
     folded.runs = runs;
   }
   return folded;
 }
 
 Verification verifyExportFold(const ImportedModel& model, const AnalysisResult& analysis, const FoldedExport& folded,
-                              const FoldOptions& options, ExportRmsOp rmsOp) {
+                              const FoldOptions& options) {
   if (!model.exported || !model.exported->archive) throw std::logic_error("fold: the model is not a .pt2 import");
-  return verify(model, *model.exported->archive, analysis, folded, options, rmsOp);
+  return verify(model, *model.exported->archive, analysis, folded, options);
 }
 
 }  // namespace foldnorm

@@ -4,6 +4,7 @@
 // followed by aten::add(out, bias) where the LN has a bias: ATen's op has no bias argument.
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "foldnorm/common/setting_error.h"
 #include "foldnorm/ops/rms_norm.h"
 #include "fold_internal.h"
 
@@ -15,6 +16,12 @@ const char* toString(RmsOp op) {
     case RmsOp::Aten: return "aten";
   }
   return "?";
+}
+
+RmsOp parseRmsOp(const std::string& name) {
+  if (name == kRmsOpNames[0]) return RmsOp::Foldnorm;
+  if (name == kRmsOpNames[1]) return RmsOp::Aten;
+  throw SettingError("rms_op", "rms_op must be 'foldnorm' or 'aten', not '" + name + "'");
 }
 
 }  // namespace foldnorm

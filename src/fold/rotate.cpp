@@ -44,7 +44,7 @@ double relativeError(const std::vector<at::Tensor>& want, const std::vector<at::
 RotatedModel rotateModel(const ImportedModel& model, const AnalysisResult& analysis, FoldOptions foldOptions,
                          const RotateOptions& options) {
   if (!model.torch)
-    throw Error("'" + model.path + "' is a torch.export archive (.pt2): rotate takes TorchScript models (.pt)");
+    throw Error("'" + model.path + "' is a torch.export archive (.pt2): absorbing the affine and rotating take TorchScript models (.pt)");
   auto say = [&](const std::string& m) { if (options.progress) options.progress(m); };
   // The stage reads plain norms (no fused add+norm) and rewrites them to aten::rms_norm itself.
   foldOptions.fuseAddNorm = false;

@@ -13,7 +13,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold_support.h"
 #include "foldnorm/import/export_archive.h"
-#include "foldnorm/torch/export_interpreter.h"
+#include "foldnorm/interpreter/export_interpreter.h"
 #include "fold_internal.h"
 
 namespace foldnorm::fold_detail {

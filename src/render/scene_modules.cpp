@@ -83,13 +83,8 @@ Scene collapseModules(Scene in, int depth, PendingLines& lines) {
   }
   for (auto& [key, index] : moduleNode) {
     auto& m = out.nodes[index];
-    if (m.layerNorms == 0) m.role = NodeRole::Module;
-    else if (m.foldableLayerNorms == m.layerNorms) m.role = NodeRole::ModuleAllFoldable;
-    else if (m.foldableLayerNorms == 0) m.role = NodeRole::ModuleNoneFoldable;
-    else m.role = NodeRole::ModuleSomeFoldable;
-    m.lines.push_back(m.layerNorms ? std::to_string(m.foldableLayerNorms) + "/" + std::to_string(m.layerNorms) +
-                                         " LNs foldable"
-                                   : "no LayerNorm");
+    m.role = moduleRole(m.layerNorms, m.foldableLayerNorms);
+    m.lines.push_back(foldableCountText(m.layerNorms, m.foldableLayerNorms));
     m.lines.push_back(std::to_string(m.members.size()) + " ops" + (m.breaker ? ", has a breaker" : ""));
     m.tooltip = "module " + key + ": " + m.lines[0] + ", " + m.lines[1];
   }
@@ -164,9 +159,7 @@ void assignClusters(Scene& s, const Graph& g, const AnalysisResult& a, bool clus
         }
     for (auto& c : s.clusters) {
       c.label = c.modulePath;
-      if (c.layerNorms)
-        c.label += "  (" + std::to_string(c.foldableLayerNorms) + "/" + std::to_string(c.layerNorms) +
-                   " LNs foldable)";
+      if (c.layerNorms) c.label += "  (" + foldableCountText(c.layerNorms, c.foldableLayerNorms) + ")";
     }
   }
   for (std::size_t i = 0; i < s.nodes.size(); ++i) {
@@ -184,3 +177,18 @@ void assignClusters(Scene& s, const Graph& g, const AnalysisResult& a, bool clus
 }
 
 }  // namespace foldnorm::render::detail
+
+namespace foldnorm::render {
+
+NodeRole moduleRole(int layerNorms, int foldable) {
+  if (layerNorms == 0) return NodeRole::Module;
+  if (foldable == layerNorms) return NodeRole::ModuleAllFoldable;
+  return foldable > 0 ? NodeRole::ModuleSomeFoldable : NodeRole::ModuleNoneFoldable;
+}
+
+std::string foldableCountText(int layerNorms, int foldable) {
+  if (layerNorms == 0) return "no LayerNorm";
+  return std::to_string(foldable) + "/" + std::to_string(layerNorms) + " LNs foldable";
+}
+
+}  // namespace foldnorm::render

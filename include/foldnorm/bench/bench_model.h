@@ -2,7 +2,7 @@
 //
 // Either kind of model: a TorchScript file runs on LibTorch's graph executor (runner
 // "torchscript"), a torch.export program (.pt2) on foldnorm's interpreter over the dispatcher
-// (torch/export_interpreter.h, runner "interpreter": each node's op called boxed, so its times are
+// (interpreter/export_interpreter.h, runner "interpreter": each node's op called boxed, so its times are
 // the interpreter's, with its per-node overhead in both models alike, not those of torch.compile or
 // AOTInductor). benchModel() takes an ImportedModel of either kind (what the GUI calls).
 //
@@ -203,22 +203,6 @@ ModelBenchReport benchModel(const ImportedModel& model, const AnalysisResult& an
 /// loaded; report.releasedBytes): the peak is then the timed copies, not two more beside them.
 ModelBenchReport runModelBench(const std::string& modelPath, const BenchModelOptions& options,
                                std::ostream& progress);
-
-/// A fold of either kind of model, held without torch headers (the GUI's Fold button): exactly
-/// one of the two is set. The fold itself is foldModel or foldExport; this only picks and saves.
-struct ModelFold {
-  std::shared_ptr<const FoldedModel> torchscript;
-  std::shared_ptr<const FoldedExport> exported;
-  const FoldReport& report() const;
-};
-
-/// foldModel (a TorchScript model) or foldExport (a .pt2; options.rmsOp mapped onto its forms).
-ModelFold foldAnyModel(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options);
-
-/// saveFolded or saveFoldedExport: atomic, never over the input. The file extension to use is
-/// foldedExtension(model): ".pt" or ".pt2".
-SavedFileCheck saveModelFold(const ModelFold& fold, const ImportedModel& model, const std::string& outPath);
-const char* foldedExtension(const ImportedModel& model);
 
 /// Keeps buffers of 32 MiB and more on the heap for the rest of the process (glibc would mmap and
 /// page-fault a model's large outputs afresh on every forward, timing page faults rather than

@@ -1,4 +1,4 @@
-// Folding a Hugging Face safetensors checkpoint tensor by tensor (issue 29, method.md section 11).
+// Folding a Hugging Face safetensors checkpoint tensor by tensor (issue 29, docs/method.md section 11).
 //
 // The plan (plan.h) is checked against the checkpoint's index; then each shard is written anew:
 // planned tensors are read one at a time, centered in float64 arithmetic (their own dtype in

@@ -1,4 +1,4 @@
-// A fold plan over parameter-name patterns (method.md section 11, issue 29): made by the Python
+// A fold plan over parameter-name patterns (docs/method.md section 11, issue 29): made by the Python
 // side from a small capture of the architecture (python/foldnorm/checkpoint.py, schema
 // foldnorm-checkpoint-plan/1), checked here against a checkpoint's index and resolved into the
 // concrete tensors to center, copy and untie, and the LayerNorm modules that become RMSNorm.

@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,17 @@ namespace foldnorm {
 /// slower: docs/performance.md).
 enum class RmsOp { Foldnorm, Aten };
 const char* toString(RmsOp op);
+/// The setting's names, in RmsOp's order: what a CLI flag, the GUI's choice and the Python
+/// bindings offer.
+inline constexpr const char* kRmsOpNames[] = {"foldnorm", "aten"};
+/// RmsOp from its setting name (the one parser of it); SettingError("rms_op") otherwise.
+RmsOp parseRmsOp(const std::string& name);
 
 struct FoldOptions {
   bool verify = true;
-  RmsOp rmsOp = RmsOp::Foldnorm;
+  /// Unset: the model format's default (Model::defaultRmsOp, fold/model.h: foldnorm for a .pt,
+  /// aten for a .pt2).
+  std::optional<RmsOp> rmsOp;
   int randomInputs = 3;          // extra input sets drawn from the spec (besides the example)
   std::string device = "cpu";    // where verification runs: cpu | cuda
   uint64_t seed = 0;
@@ -180,7 +188,7 @@ void checkOutputPath(const std::string& inputPath, const std::string& outPath);
 /// .pt2 import folds into a .pt2 (torch.export.load warns on another ending, and foldnorm reads a
 /// file by its .pt2 ending as torch.export), a TorchScript import into anything but a .pt2 (a
 /// TorchScript file named .pt2 would be read back as a torch.export archive and refused).
-/// (Defined with the .pt2 fold, src/fold/fold_export.cpp.)
+/// (Defined with the model handle, src/fold/model.cpp.)
 void checkFoldedOutputKind(const ImportedModel& model, const std::string& outPath);
 
 

@@ -38,15 +38,6 @@
 
 namespace foldnorm {
 
-/// What a foldable LayerNorm becomes in the program.
-enum class ExportRmsOp {
-  Aten,      // aten.rms_norm.default (+ aten.add.Tensor for a bias): loads with torch alone
-  Foldnorm,  // foldnorm::rms_norm: torch.export.load needs libfoldnorm_ops loaded first
-};
-
-/// ExportRmsOp from its setting name ("aten" | "foldnorm"); SettingError("rms_op") otherwise.
-ExportRmsOp exportRmsOpFromName(const std::string& name);
-
 struct FoldedExport {
   nlohmann::json program;                    // the edited ExportedProgram
   std::map<std::string, at::Tensor> state;   // every weight and constant by name, after the fold
@@ -57,15 +48,17 @@ struct FoldedExport {
 
 /// Applies `analysis` (made on `model.graph`, a model importExport read) to copies of the
 /// archive's program and tensors; `model` is not modified. Verifies unless options.verify is
-/// false. Throws std::logic_error when `model` is not a .pt2 import.
-FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options = {},
-                        ExportRmsOp rmsOp = ExportRmsOp::Aten);
+/// false. What a foldable LayerNorm becomes is options.rmsOp (unset: aten.rms_norm.default, plus
+/// aten.add.Tensor for a bias, which torch.export.load reads with torch alone; foldnorm::rms_norm
+/// needs libfoldnorm_ops loaded first). Throws std::logic_error when `model` is not a .pt2 import.
+/// Callers that hold a model of either format use Model::fold (fold/model.h).
+FoldedExport foldExport(const ImportedModel& model, const AnalysisResult& analysis, const FoldOptions& options = {});
 
-/// Verifies `folded` (made from `model` by `analysis` with `rmsOp`) again: what foldExport does
+/// Verifies `folded` (made from `model` by `analysis` with `options`) again: what foldExport does
 /// when options.verify is set, on folded.program and folded.state as they are now. Exposed so a
 /// fold changed after the fact can be checked (the tests perturb the saved state).
 Verification verifyExportFold(const ImportedModel& model, const AnalysisResult& analysis, const FoldedExport& folded,
-                              const FoldOptions& options = {}, ExportRmsOp rmsOp = ExportRmsOp::Aten);
+                              const FoldOptions& options = {});
 
 /// Writes the folded archive to `outPath` atomically (a temporary file in the output's
 /// directory, then a rename): every record of `original` that the fold did not change is copied

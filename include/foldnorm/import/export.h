@@ -1,5 +1,5 @@
-// Importing a torch.export program (.pt2) into a foldnorm::Graph, and the one entry that picks
-// the importer by a file's content. Torch-free: the archive's tensors stay behind ExportArchive
+// Importing a torch.export program (.pt2) into a foldnorm::Graph (the entry that picks the
+// importer by a file's content is importModel, import/import.h). Torch-free: the archive's tensors stay behind ExportArchive
 // (import/export_archive.h, torch-facing).
 //
 // The Graph of a .pt2 has the same shape as a TorchScript one, so the analysis, render and GUI
@@ -73,11 +73,6 @@ struct ExportModel {
 /// the range [min, max + 1) of the example), or from `options.inputs`, which must match the
 /// program's static sizes. Throws foldnorm::Error for every user-caused problem.
 ImportedModel importExport(const std::string& path, const ImportOptions& options = {});
-
-/// The importer for `path` by content: a zip with models/model.json is a torch.export archive
-/// (importExport), anything else is read as TorchScript (importTorchScript, which names what it
-/// found when that fails).
-ImportedModel importModel(const std::string& path, const ImportOptions& options = {});
 
 /// Whether the file at `path` is a torch.export archive (by content; false when unreadable).
 bool isExportFile(const std::string& path);

@@ -1,37 +1,15 @@
-// Importing a traced TorchScript module (.pt) into a foldnorm::Graph with concrete shapes.
-// No torch types here: the torch side lives behind TorchModel (include/foldnorm/torch/).
+// Importing a traced TorchScript module (.pt) into a foldnorm::Graph with concrete shapes
+// (ImportedModel: import/import.h). No torch types here: the torch side lives behind TorchModel
+// (include/foldnorm/torch/).
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "foldnorm/graph/graph.h"
-#include "foldnorm/import/input_spec.h"
+#include "foldnorm/import/import.h"
 
 namespace foldnorm {
-
-struct TorchModel;  // opaque: module, inlined graph, node/value tables (torch/torch_model.h)
-struct ExportModel;  // the .pt2 side of an imported torch.export program (import/export.h)
-
-using ProgressFn = std::function<void(const std::string&)>;
-
-struct ImportOptions {
-  std::vector<InputSpec> inputs;  // empty: use the spec embedded in the model
-  uint64_t seed = 0;              // for the example inputs
-  ProgressFn progress;            // optional: called with short progress messages
-};
-
-struct ImportedModel {
-  std::string path;
-  Graph graph;
-  std::vector<InputSpec> inputSpecs;  // what the shapes were recorded with
-  bool specFromModel = false;         // true when they came from the embedded spec
-  std::shared_ptr<TorchModel> torch;       // TorchScript models; null for .pt2
-  std::shared_ptr<ExportModel> exported;   // .pt2 (torch.export) models; null for TorchScript
-};
 
 /// Loads, inlines, validates (no control flow), imports and records shapes.
 /// Throws foldnorm::Error for every user-caused problem (missing file, not TorchScript,

@@ -50,6 +50,13 @@ enum class NodeRole {
 };
 const char* toString(NodeRole role);
 
+/// A collapsed module's or block's verdict on the LayerNorms inside it, decided here only (the
+/// `modules` view and the GUI's collapsed blocks): Module when it holds none, else
+/// ModuleAllFoldable, ModuleSomeFoldable or ModuleNoneFoldable.
+NodeRole moduleRole(int layerNorms, int foldable);
+/// The verdict's one wording: "2/3 LNs foldable", or "no LayerNorm".
+std::string foldableCountText(int layerNorms, int foldable);
+
 struct SceneNode {
   std::string id;          // stable identity, unique in the scene ("n42", "in0", "out1", "m3")
   NodeRole role = NodeRole::Plain;

@@ -1,5 +1,5 @@
 // importExport (read the archive, import the program, the input specs from its example inputs) and
-// importModel, the one entry that picks the importer by the file's content.
+// isExportFile, the content test importModel (src/import/import_model.cpp) picks the reader by.
 #include <fstream>
 
 #include "foldnorm/common/error.h"
@@ -94,12 +94,6 @@ bool isExportFile(const std::string& path) {
     bytes += end;
   }
   return in.good() && looksLikeExportArchive(bytes);
-}
-
-ImportedModel importModel(const std::string& path, const ImportOptions& options) {
-  // A file named .pt2 is said to be a bad torch.export archive when it is none, whatever it holds.
-  const bool named = path.size() > 4 && path.compare(path.size() - 4, 4, ".pt2") == 0;
-  return named || isExportFile(path) ? importExport(path, options) : importTorchScript(path, options);
 }
 
 }  // namespace foldnorm

@@ -1,31 +1,21 @@
-// Actions on the whole model, each a panel in the left column below the LN table:
-// - Fold: fold it and show the verification's results (float32 and float64, several input
-//   sets), on the model worker;
-// - Benchmark: time the original against the folded model per sequence length
-//   (bench::runModelBench, started by startBench in actions.cpp) and show the timings as a table
-//   and a bar chart.
+// The Benchmark window: time the original against the folded model per sequence length
+// (bench::runModelBench, started by startBench in actions.cpp) and show the timings as a table and
+// a bar chart.
 #include <imgui.h>
 #include <imgui_stdlib.h>  // after imgui.h, which it needs
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "app.h"
 #include "bench_support.h"
-#include "foldnorm/fold/fold.h"
-#include "foldnorm/import/export.h"
 #include "foldnorm/import/input_spec.h"
 #include "layout_task.h"
 #include "palette.h"
 
 namespace foldnorm::gui {
 namespace {
-
-std::string percent(double x) { return std::to_string(x * 100).substr(0, 5) + "%"; }
 
 std::string scientific(double x) {
   std::ostringstream os;
@@ -131,210 +121,11 @@ void drawBenchChart(UiState& ui, const bench::ModelBenchReport& r, float height)
 }
 
 // One row per output and dtype: the verification the folded graph is shown next to.
-void drawVerificationTable(UiState& ui) {
-  if (ui.fold.checks.empty()) return;
-  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
-                                ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable("verification", 5, flags)) return;
-  for (const char* name : {"output", "shape", "dtype", "max rel", "argmax"}) ImGui::TableSetupColumn(name);
-  ImGui::TableHeadersRow();
-  for (const OutputCheck& c : ui.fold.checks) {
-    ImGui::TableNextRow();
-    ImGui::TableNextColumn();
-    ImGui::Text("%zu", c.output);
-    ImGui::TableNextColumn();
-    ImGui::TextUnformatted(c.shape.c_str());
-    ImGui::TableNextColumn();
-    ImGui::TextUnformatted(c.dtype.c_str());
-    ImGui::TableNextColumn();
-    ImGui::TextUnformatted(scientific(c.maxRel).c_str());
-    ImGui::TableNextColumn();
-    ImGui::TextUnformatted(c.hasPredictions ? percent(c.argmaxAgreement).c_str() : "-");
-  }
-  ImGui::EndTable();
-}
-
 }  // namespace
-
-// Fold and verify on the model worker, under the analysis shown (its settings included): a
-// TorchScript model through foldModel, a .pt2 through foldExport (the portable aten::rms_norm
-// form, as `foldnorm fold X.pt2` writes by default), both verified in float32 and float64.
-void startFold(App& app) {
-  UiState& ui = app.ui;
-  if (!ui.model) return;
-  auto model = ui.model;
-  const uint64_t generation = ui.generation;
-  app.modelWorker.submit("fold", [=](const Worker::Progress& progress) -> Worker::Completion {
-    FoldOptions options;
-    options.progress = progress;
-    options.rmsOp = model->imported().exported ? RmsOp::Aten : RmsOp::Foldnorm;
-    auto fold = std::make_shared<const bench::ModelFold>(bench::foldAnyModel(model->imported(), model->analysis, options));
-    const FoldReport& r = fold->report();
-    FoldState state;
-    state.available = true;
-    state.result = fold;
-    state.verified = r.verification.ran;
-    // As `foldnorm fold` decides: float64 equivalent and every float32 flip explained by rounding.
-    state.equivalent = r.verification.passed();
-    state.predictionsUnchanged = r.verification.predictionsUnchanged;
-    state.summary = "folded " + std::to_string(r.folded.size()) + " LNs, kept " +
-                    std::to_string(r.kept.size()) + "; centered " +
-                    std::to_string(r.centered.size()) + " parameters" +
-                    (r.untied.empty() ? std::string()
-                                      : ", untied " + std::to_string(r.untied.size()) + " (" +
-                                            std::to_string(r.untieBytes / 1024) + " KiB)") +
-                    (r.inserted.empty() ? std::string() : ", inserted " + std::to_string(r.inserted.size()) +
-                                                              " centering(s)");
-    const Verification& v = r.verification;
-    if (v.ran) {
-      // The verdict lines `foldnorm fold` prints, for either kind of model.
-      state.details.push_back(std::to_string(v.runs) + " input sets on " + v.device + ", LNs now " +
-                              (r.rmsOp == RmsOp::Aten ? "aten::rms_norm" : "foldnorm::rms_norm"));
-      for (const auto& line : verificationSummary(v)) state.details.push_back(line);
-    }
-    state.checks = v.checks;
-    // The folded graph for the canvas: the folded model written as the CLI writes it and read
-    // back by the importer, so the picture is of the file `foldnorm fold` would save.
-    if (!r.folded.empty()) {
-      namespace fs = std::filesystem;
-      const fs::path tmp = fs::temp_directory_path() /
-                           ("foldnorm-gui-folded-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(generation) + bench::foldedExtension(model->imported()));
-      try {
-        progress("importing the folded model for the canvas");
-        bench::saveModelFold(*fold, model->imported(), tmp.string());
-        auto loaded = std::make_shared<LoadedModel>();
-        ImportOptions importOptions;
-        for (const auto& spec : model->inputSpecs) importOptions.inputs.push_back(parseInputSpec(spec));
-        loaded->import = std::make_shared<const ImportedModel>(importModel(tmp.string(), importOptions));
-        loaded->inputSpecs = model->inputSpecs;
-        state.marks = render::foldedMarksFor(model->imported().graph, model->analysis, loaded->imported().graph);
-        state.folded = loaded;
-      } catch (const std::exception& e) {
-        state.foldedError = e.what();
-        if (auto nl = state.foldedError.find('\n'); nl != std::string::npos) state.foldedError.resize(nl);
-      }
-      std::error_code ec;
-      fs::remove(tmp, ec);
-    }
-    return [state, generation](App& app) {
-      if (app.ui.generation != generation) return;
-      app.ui.fold = state;
-    };
-  });
-}
-
-// Writes the last fold where the user asked, on the model worker: atomically (a temporary file,
-// then a rename), never over the input; only a fold that passed its verification.
-void saveFoldedModel(App& app, const std::string& path) {
-  UiState& ui = app.ui;
-  if (!ui.model || !ui.fold.result) return;
-  if (!ui.fold.verified || !ui.fold.result->report().verification.passed()) {
-    ui.errorMessage = "save folded model: the fold did not pass its verification; not writing " + path;
-    return;
-  }
-  const auto model = ui.model;
-  const auto fold = ui.fold.result;
-  const uint64_t generation = ui.generation;
-  app.modelWorker.submit("save folded model", [=](const Worker::Progress& progress) -> Worker::Completion {
-    progress("writing " + path);
-    checkOutputPath(model->imported().path, path);
-    checkFoldedOutputKind(model->imported(), path);
-    bench::saveModelFold(*fold, model->imported(), path);
-    return [path, generation](App& app) {
-      if (app.ui.generation != generation) return;
-      app.ui.statusMessage = "folded model saved to " + path;
-      app.ui.fold.savedPath = path;
-    };
-  });
-}
-
-void DrawActions(App& app) {
-  UiState& ui = app.ui;
-  if (!ImGui::Begin("Fold", &ui.showActions, ImGuiWindowFlags_NoCollapse)) {
-    ImGui::End();
-    return;
-  }
-  recordPanel(ui, "Fold");
-  if (!ui.model) {
-    ImGui::TextDisabled("No model loaded.");
-    ImGui::End();
-    return;
-  }
-  const Worker::Status worker = app.modelWorker.status();
-  const bool busy = !app.modelWorker.idle();
-  const bool foldable = ui.model->analysis.foldableCount() > 0;
-  ImGui::BeginDisabled(busy || !foldable);
-  if (ImGui::Button("Fold and verify (Ctrl+Shift+F)")) startFold(app);
-  ImGui::EndDisabled();
-  if (!foldable) {
-    ImGui::SameLine();
-    ImGui::TextDisabled("no LN folds");
-  }
-  if (worker.title == "fold") ImGui::TextDisabled("folding: %s", worker.message.c_str());
-  if (ui.fold.summary) {
-    ImGui::TextWrapped("%s", ui.fold.summary->c_str());
-    if (ui.fold.verified) {
-      const char* verdict = !ui.fold.equivalent            ? "verification FAILED"
-                            : ui.fold.predictionsUnchanged ? "verified: same function (float64), same predictions"
-                                                           : "verified: same function (float64); flips in the "
-                                                             "model's dtype, each within its rounding";
-      ImGui::TextColored(ui.fold.equivalent ? palette::kFoldableText : palette::kNotFoldableText, "%s", verdict);
-    }
-    for (const auto& d : ui.fold.details) {
-      ImGui::Bullet();
-      ImGui::TextWrapped("%s", d.c_str());  // the verdict lines are long: wrap in a narrow panel
-    }
-    drawVerificationTable(ui);
-    const bool savable = ui.fold.result && ui.fold.verified && ui.fold.equivalent;
-    ImGui::BeginDisabled(busy || !savable);
-    if (ImGui::Button("Save folded model...")) {
-      std::string base = ui.model->imported().path;
-      if (auto dot = base.rfind('.'); dot != std::string::npos && base.find('/', dot) == std::string::npos) base.resize(dot);
-      ui.saveFolded = {true, true, base + ".folded" + bench::foldedExtension(ui.model->imported())};
-    }
-    ImGui::EndDisabled();
-    if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
-      ImGui::SetTooltip("%s", ui.model->imported().exported
-                                  ? "a .pt2 with aten::rms_norm: loads with torch.export.load, no library needed"
-                                  : "a .pt with foldnorm::rms_norm: load libfoldnorm_ops.so first");
-    }
-    if (ui.fold.folded) {
-      bool folded = ui.showFolded;
-      if (ImGui::Checkbox("Show the folded graph (G)", &folded)) showFoldedGraph(app, folded);
-      if (ImGui::IsItemHovered()) {
-        ImGui::SetTooltip("the canvas shows the folded model: RMSNorm nodes, kept LayerNorms and "
-                          "the ops that read centered parameters marked");
-      }
-    } else if (!ui.fold.foldedError.empty()) {
-      ImGui::TextColored(palette::kNotFoldableText, "folded graph: %s", ui.fold.foldedError.c_str());
-    }
-  }
-  ImGui::End();
-}
-
-void showFoldedGraph(App& app, bool folded) {
-  UiState& ui = app.ui;
-  if (folded && !ui.fold.folded) return;
-  if (ui.showFolded == folded) return;
-  ui.showFolded = folded;
-  ui.scene = {};  // the other graph's boxes and ids mean nothing here
-  ui.camera = {};
-  startLayout(app, {});
-}
 
 void DrawBench(App& app) {
   UiState& ui = app.ui;
-  if (!ImGui::Begin("Benchmark", &ui.showBench, ImGuiWindowFlags_NoCollapse)) {
-    ImGui::End();
-    return;
-  }
-  recordPanel(ui, "Benchmark");
-  if (!ui.model) {
-    ImGui::TextDisabled("No model loaded.");
-    ImGui::End();
-    return;
-  }
+  if (!beginModelWindow(ui, "Benchmark", &ui.showBench)) return;
   BenchState& b = ui.bench;
   const float labelGap = ImGui::GetStyle().ItemInnerSpacing.x;
   auto label = [&](const char* text) {
@@ -371,7 +162,7 @@ void DrawBench(App& app) {
   ImGui::SameLine();
   label("rms op");
   ImGui::SetNextItemWidth(90);
-  ImGui::Combo("##rmsop", &b.rmsOp, kBenchRmsOps, IM_ARRAYSIZE(kBenchRmsOps));
+  ImGui::Combo("##rmsop", &b.rmsOp, kRmsOpNames, IM_ARRAYSIZE(kRmsOpNames));
   if (ImGui::IsItemHovered()) {
     ImGui::SetTooltip("what the folded LNs become in the timed model: foldnorm (our fused op, the fast "
                       "one on the CPU) or aten (aten::rms_norm + a bias add, as `foldnorm fold X.pt2` "

@@ -1,6 +1,6 @@
 // The Python scalar helpers torch.export keeps for symbolic sizes (_operator.add, torch.sym_max,
 // ...), evaluated on concrete values for the interpreter (export_interpreter.cpp). Private to
-// src/torch/.
+// src/interpreter/.
 #pragma once
 
 #include <ATen/core/ivalue.h>
