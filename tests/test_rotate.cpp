@@ -157,3 +157,19 @@ TEST_CASE("post-LN BERT is refused with the reason, and left equal to the origin
   for (const auto& s : rep.streams) CHECK_FALSE(s.reason.empty());
   CHECK(rep.passed);
 }
+
+TEST_CASE("ViT: the patch convolution writes the stream through reshape and permute, and rotates exactly",
+          "[rotate]") {
+  test::ScratchDir dir("foldnorm-rotate");
+  RotateOptions ro;
+  ro.kind = GENERATE(RotationKind::Hadamard, RotationKind::Random);
+  auto r = rotateZoo("vit", dir, ro);
+  const auto& rep = r.rotated.report;
+  INFO(toText(rep));
+  REQUIRE(countRotated(rep) == 1);
+  for (const auto& a : rep.absorbed) CHECK(a.absorbed);
+  const auto& names = rep.streams[0].writerNames;
+  CHECK(std::any_of(names.begin(), names.end(), [](const std::string& n) { return n == "conv_proj.weight"; }));
+  CHECK(rep.passed);
+  CHECK(rep.worstRelative64 < 1e-12);
+}

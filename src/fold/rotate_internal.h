@@ -26,6 +26,8 @@ enum class LinearKind {
   Matmul,     // aten::matmul(x, W [i, o]), W a parameter
   Embedding,  // aten::embedding(W [n, d], ids)   (writer only)
   Parameter,  // a parameter read into the stream as it is (a position table): its last axis
+  Conv,       // aten::_convolution / convNd(x, W [o, i/g, k...], b [o]), groups 1 (writer only): its
+              // output channels reach the stream's last axis through layout ops (ViT's patch embedding)
 };
 
 /// One edit of the tensor that input `input` of node `node` (by position in the graph) reads.

@@ -190,6 +190,73 @@ class Planner {
     return true;
   }
 
+  /// A convolution whose output channels reach `v`'s last axis whole through layout ops read by
+  /// nothing else (ViT's patch embedding: conv -> reshape(n, c, h*w) or flatten(2) ->
+  /// permute(0, 2, 1) or transpose(1, 2)), its weight and bias parameters, groups 1, not
+  /// transposed: rotating its output channels rotates that axis. nullptr otherwise.
+  const jit::Node* convThroughLayout(const jit::Value* v) const {
+    using namespace c10;
+    auto shapeOf = [&](const jit::Value* x) -> const std::vector<int64_t>* {
+      auto it = shapes_.find(x);
+      return it == shapes_.end() ? nullptr : &it->second;
+    };
+    auto valueUses = [](const jit::Value* x) {
+      std::size_t n = 0;
+      for (const auto& u : x->uses()) n += isShapeOnly(u.user) ? 0 : 1;
+      return n;
+    };
+    const jit::Value* cur = v;
+    const auto* vs = shapeOf(v);
+    if (!vs || vs->empty()) return nullptr;
+    int64_t axis = static_cast<int64_t>(vs->size()) - 1;  // where the stream's axis is in `cur`
+    for (int step = 0; step < 8; ++step) {
+      const auto* p = cur->node();
+      const auto k = p->kind();
+      const bool convNd = k == aten::conv1d || k == aten::conv2d || k == aten::conv3d;
+      if (k == aten::_convolution || convNd) {
+        if (axis != 1 || !slotOf(module_, p->input(1)) || !(isNone(p->input(2)) || slotOf(module_, p->input(2))))
+          return nullptr;
+        if (k == aten::_convolution) {
+          auto transposed = jit::toIValue(p->input(6));
+          if (!transposed || !transposed->isBool() || transposed->toBool()) return nullptr;
+        }
+        auto groups = intArg(p, k == aten::_convolution ? 8 : 6);
+        return groups && *groups == 1 ? p : nullptr;
+      }
+      const auto* in = shapeOf(p->input(0));
+      const auto* out = shapeOf(cur);
+      if (!in || !out || p->outputs().size() != 1 || (cur != v && valueUses(cur) != 1)) return nullptr;
+      const auto rank = static_cast<int64_t>(in->size());
+      auto norm = [&](int64_t d) { return d < 0 ? d + rank : d; };
+      if (k == aten::permute) {
+        auto dims = intList(p->input(1));
+        if (!dims || static_cast<int64_t>(dims->size()) != rank) return nullptr;
+        axis = norm((*dims)[static_cast<std::size_t>(axis)]);
+      } else if (k == aten::transpose) {
+        auto a = intArg(p, 1), b = intArg(p, 2);
+        if (!a || !b) return nullptr;
+        axis = axis == norm(*a) ? norm(*b) : axis == norm(*b) ? norm(*a) : axis;
+      } else if (k == aten::reshape || k == aten::view || k == aten::flatten) {
+        // The axis stays whole when the input has an axis of the same size behind the same number
+        // of elements: every element keeps its channel index.
+        int64_t before = 1;
+        for (int64_t i = 0; i < axis; ++i) before *= (*out)[static_cast<std::size_t>(i)];
+        const int64_t size = (*out)[static_cast<std::size_t>(axis)];
+        int64_t found = -1, prefix = 1;
+        for (int64_t j = 0; j < rank && found < 0; ++j) {
+          if (prefix == before && (*in)[static_cast<std::size_t>(j)] == size) found = j;
+          prefix *= (*in)[static_cast<std::size_t>(j)];
+        }
+        if (found < 0) return nullptr;
+        axis = found;
+      } else if (!(k == aten::contiguous || k == aten::clone || (k == aten::dropout && keepsFibers(p, lastDim(cur))))) {
+        return nullptr;
+      }
+      cur = p->input(0);
+    }
+    return nullptr;
+  }
+
   /// The linear read of input `offset` of `n`, where the weight is a parameter.
   std::optional<ReaderShape> linearRead(const jit::Node* n, std::size_t offset) const {
     auto slot = [&](std::size_t i) { return slotOf(module_, n->input(i)).has_value(); };
@@ -339,6 +406,8 @@ class Planner {
         s.writers.insert(p), s.writerKinds[pos(p)] = {p, LinearKind::Parameter};
       } else if (kind == c10::prim::Param) {
         refuse(s, "the model's input is part of it");
+      } else if (const auto* conv = convThroughLayout(v)) {
+        s.writers.insert(conv), s.writerKinds[pos(conv)] = {conv, LinearKind::Conv};
       } else {
         refuse(s, "it is written by " + describeNode(p) + ", which is not a linear map of a parameter");
       }
@@ -435,6 +504,11 @@ class Planner {
           verdict.writerNames.push_back(pathOf(sh.weightNode->input(sh.weight)));
           break;
         }
+        case LinearKind::Conv:  // its output channels: weight axis 0, the bias
+          rot(p, 1, 0);
+          if (!isNone(p->input(2)) && nextCount(biasEdits_) != options_.dropBias) rot(p, 2, -1);
+          verdict.writerNames.push_back(pathOf(p->input(1)));
+          break;
         case LinearKind::Embedding:
           rot(p, 0, 1);
           verdict.writerNames.push_back(pathOf(p->input(0)));
