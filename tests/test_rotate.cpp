@@ -10,6 +10,7 @@
 #include "foldnorm/torch/torch_model.h"
 #include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
+#include "skip.h"
 
 using namespace foldnorm;
 namespace jit = torch::jit;
@@ -172,4 +173,50 @@ TEST_CASE("ViT: the patch convolution writes the stream through reshape and perm
   CHECK(std::any_of(names.begin(), names.end(), [](const std::string& n) { return n == "conv_proj.weight"; }));
   CHECK(rep.passed);
   CHECK(rep.worstRelative64 < 1e-12);
+}
+
+TEST_CASE("Whisper's encoder: rotations inserted after its GELU stem and before its returned norm, exact",
+          "[rotate][fixtures]") {
+  // The stream starts at gelu(conv2(x)) (not a linear map of a parameter) and ends in a norm whose
+  // output the model returns (its affine cannot move into a reader): Q is inserted as an op after
+  // the first, Q^T before the second. Without insertions the stream is refused, naming the op.
+  if (!test::haveFixture("whisper_encoder.pt"))
+    return test::skipTest("no whisper_encoder fixture (transformers fixtures not built)");
+  auto model = importTorchScript(test::fixturePath("whisper_encoder.pt"));
+  auto analysis = analyzeFoldability(model.graph);
+  FoldOptions fo;
+  fo.randomInputs = 1;
+  RotateOptions ro;
+  SECTION("inserted") {
+    auto r = rotateModel(model, analysis, fo, ro);
+    const auto& rep = r.report;
+    INFO(toText(rep));
+    REQUIRE(countRotated(rep) == 1);
+    const auto& inserted = rep.streams[0].inserted;
+    REQUIRE(inserted.size() == 2);
+    auto count = [&](const std::string& prefix) {
+      return std::count_if(inserted.begin(), inserted.end(), [&](const std::string& s) { return s.rfind(prefix, 0) == 0; });
+    };
+    CHECK(count("after ") == 1);
+    CHECK(count("before ") == 1);
+    CHECK(rep.passed);
+    CHECK(rep.worstRelative64 < 1e-12);
+    test::ScratchDir dir("foldnorm-rotate");
+    CHECK(saveRotated(r, model, (dir.path / "whisper-rotated.pt").string()) < 1e-5);
+  }
+  SECTION("an inserted rotation left out fails the check") {
+    ro.skipInserted = GENERATE(0, 1);
+    auto r = rotateModel(model, analysis, fo, ro);
+    INFO(toText(r.report));
+    CHECK_FALSE(r.report.passed);
+    CHECK(r.report.worstRelative64 > 1e-6);
+  }
+  SECTION("refused without insertions") {
+    ro.insertRotations = false;
+    auto r = rotateModel(model, analysis, fo, ro);
+    INFO(toText(r.report));
+    CHECK(countRotated(r.report) == 0);
+    CHECK_THAT(r.report.streams[0].reason, Catch::Contains("not a linear map") || Catch::Contains("keeps its affine"));
+    CHECK(r.report.passed);
+  }
 }

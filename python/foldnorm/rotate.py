@@ -20,14 +20,16 @@ from ._trace import ExampleInputs, read_model
 from .errors import ArgumentError, FoldError, public
 
 
-def _stage(model, example_inputs, out, rotate: bool, rotation: str, seed: int, random_inputs: int):
+def _stage(model, example_inputs, out, rotate: bool, rotation: str, seed: int, random_inputs: int,
+           insert_rotations: bool = True):
     if rotation not in ("hadamard", "random"):
         raise ArgumentError(f"rotation must be 'hadamard' or 'random', not {rotation!r}")
     out_path = os.fspath(out) if out is not None else ""
 
     def read(path, specs):
         # a .pt2 is refused by the core in one line (rotateModel, fold/rotate.cpp)
-        return _foldnorm.analyze(path, specs).rotate(rotate, rotation, seed, random_inputs, out_path)
+        return _foldnorm.analyze(path, specs).rotate(rotate, rotation, seed, random_inputs, out_path,
+                                                     insert_rotations)
 
     (text, module), _, _ = read_model(model, example_inputs, read, export_first=False)
     report = json.loads(text)
@@ -44,7 +46,8 @@ def _stage(model, example_inputs, out, rotate: bool, rotation: str, seed: int, r
 
 @public
 def rotate(model, example_inputs: Optional[ExampleInputs] = None, out: Optional[Union[str, os.PathLike]] = None, *,
-           rotation: str = "hadamard", seed: int = 0, random_inputs: int = 1) -> torch.jit.ScriptModule:
+           rotation: str = "hadamard", seed: int = 0, random_inputs: int = 1,
+           insert_rotations: bool = True) -> torch.jit.ScriptModule:
     """Folds ``model``, moves each folded norm's weight and bias into its readers where all are
     linear, rotates every residual stream whose norms are then weightless RMSNorms by an
     orthogonal matrix (``rotation="hadamard"``: a randomized Hadamard where the width has a
@@ -53,8 +56,12 @@ def rotate(model, example_inputs: Optional[ExampleInputs] = None, out: Optional[
     and ``random_inputs`` more sets. Returns the ScriptModule (written to ``out`` when given);
     its ``foldnorm_report`` holds {"fold": ..., "stage": ...}: per norm what was absorbed into
     which readers or why not, per stream whether it rotated (kind, seed, width) or why not.
+    Where a non-linear op writes a stream (Whisper's GELU stem, BLOOM's embedding norm) or reads
+    it (a norm that keeps its affine, the model's output), the rotation is inserted there as an op
+    (Q after the writer, Q^T before the reader; the report's ``inserted``);
+    ``insert_rotations=False`` refuses such a stream instead.
     Raises FoldError when the float64 check fails (nothing written)."""
-    return _stage(model, example_inputs, out, True, rotation, seed, random_inputs)
+    return _stage(model, example_inputs, out, True, rotation, seed, random_inputs, insert_rotations)
 
 
 def absorb_affine(model, example_inputs, out, random_inputs: int):

@@ -126,13 +126,14 @@ py::tuple foldAnalysed(const Analysis& a, const std::string& rmsOp, bool verify,
 /// The CLI's `foldnorm rotate` (and `fold --absorb-affine` with rotate=false): returns (JSON text
 /// {"fold": ..., "stage": ...}, module). Saved to `out` only when the float64 check passed.
 py::tuple rotateTraced(const Analysis& a, bool rotate, const std::string& rotation, uint64_t seed, int randomInputs,
-                       const std::string& out) {
+                       const std::string& out, bool insertRotations) {
   if (rotation != "hadamard" && rotation != "random")
     throw SettingError("rotation", "rotation must be 'hadamard' or 'random', not '" + rotation + "'");
   RotateOptions ro;
   ro.rotate = rotate;
   ro.kind = rotation == "random" ? RotationKind::Random : RotationKind::Hadamard;
   ro.seed = seed;
+  ro.insertRotations = insertRotations;
   ro.randomInputs = std::max(1, randomInputs);
   FoldOptions fo;
   fo.randomInputs = randomInputs;
@@ -209,7 +210,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("fold", &foldAnalysed, py::arg("rms_op") = "", py::arg("verify") = true,
            py::arg("random_inputs") = 3, py::arg("device") = "cpu", py::arg("out") = "")
       .def("rotate", &rotateTraced, py::arg("rotate") = true, py::arg("rotation") = "hadamard", py::arg("seed") = 0,
-           py::arg("random_inputs") = 1, py::arg("out") = "",
+           py::arg("random_inputs") = 1, py::arg("out") = "", py::arg("insert_rotations") = true,
            "Fold, absorb the folded norms' affine, rotate the residual streams (rotate=False: absorb only)");
   m.def("analyze", &analyze, py::arg("path"), py::arg("inputs") = std::vector<std::string>{},
         py::arg("untie") = true, py::arg("only") = std::vector<std::string>{}, py::arg("scale_absorb") = true,

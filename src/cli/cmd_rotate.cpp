@@ -1,5 +1,5 @@
 // foldnorm rotate MODEL.pt -o OUT.pt [--rotation hadamard|random] [--seed S] [--input SPEC]...
-//                 [--random N] [--json]
+//                 [--random N] [--no-inserted-rotations] [--json]
 // Folds the model, moves every folded norm's affine into its readers where they are all linear
 // (--absorb-affine of `fold` stops there), rotates each residual stream whose norms are all
 // weightless RMSNorms by an orthogonal Q, checks the result against the original in float64 and
@@ -33,6 +33,7 @@ int runRotateStage(const RotateCliRequest& req) {
   ro.rotate = req.rotate;
   ro.kind = req.rotation == "random" ? RotationKind::Random : RotationKind::Hadamard;
   ro.seed = req.seed;
+  ro.insertRotations = !req.noInsertedRotations;
   ro.randomInputs = std::max(1, req.random);
   ro.progress = progress;
   auto rotated = rotateModel(model, analysis, fo, ro);
@@ -75,6 +76,9 @@ void setup(CLI::App& app, int& exitCode) {
   cmd->add_option("--seed", o->seed, "Seed of the rotation's random signs or matrix");
   cmd->add_option("--random", o->random, "Random input sets drawn from the spec, besides the example")
       ->check(CLI::Range(1, 100));
+  cmd->add_flag("--no-inserted-rotations", o->noInsertedRotations,
+                "Refuse a stream a non-linear op writes or reads (a GELU stem, a norm that keeps its affine, "
+                "the model's output) instead of inserting the rotation there as an op");
   cmd->add_flag("--json", o->json, "Print the fold report and the stage report as JSON");
   cmd->callback([o, &exitCode] { exitCode = runRotateStage(*o); });
 }

@@ -13,7 +13,7 @@ struct RotateCliRequest {
   std::vector<std::string> inputs, only;
   uint64_t seed = 0;
   int random = 1;
-  bool rotate = true, json = false;
+  bool rotate = true, json = false, noInsertedRotations = false;
 };
 
 /// Runs the stage, prints the fold's and the stage's reports and saves; returns the exit code

@@ -164,7 +164,7 @@ nlohmann::json toJson(const RotateReport& r) {
   auto streams = nlohmann::json::array();
   for (const auto& s : r.streams) {
     nlohmann::json sj{{"width", s.width}, {"rotated", s.rotated}, {"norms", s.norms},
-                      {"writers", s.writerNames}, {"readers", s.readerNames}};
+                      {"writers", s.writerNames}, {"readers", s.readerNames}, {"inserted", s.inserted}};
     if (s.rotated) sj["rotation"] = {{"kind", s.rotation}, {"seed", s.seed}};
     else sj["reason"] = s.reason;
     streams.push_back(sj);
@@ -199,6 +199,7 @@ std::string toText(const RotateReport& r) {
       out += strf("stream of width %lld: rotated (%s, seed %llu): %d norm(s), %zu writer(s), %zu reader(s)\n",
                   static_cast<long long>(s.width), s.rotation.c_str(), static_cast<unsigned long long>(s.seed),
                   s.norms, s.writerNames.size(), s.readerNames.size());
+    for (const auto& i : s.inserted) if (s.rotated) out += "  inserted a rotation op " + i + "\n";
     else
       out += strf("stream of width %lld: not rotated: %s\n", static_cast<long long>(s.width), s.reason.c_str());
   }

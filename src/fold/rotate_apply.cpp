@@ -181,6 +181,46 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
     }
   }
 
+  // Inserted rotations: one attribute per stream holding Q, in the stored dtype (the model's: its
+  // first floating parameter's). After a writer: linear(v, Q) = Q v per fiber, read by every
+  // use of v; before a reader: matmul(v, Q) = Q^T v, the stream as it was.
+  if (!plan.inserted.empty()) {
+    at::ScalarType dtype = at::kFloat;
+    for (const auto& p : module.parameters())
+      if (p.is_floating_point()) {
+        dtype = p.scalar_type();
+        break;
+      }
+    std::map<std::size_t, jit::Value*> rotation;
+    auto q = [&](std::size_t k) {
+      auto it = rotation.find(k);
+      if (it != rotation.end()) return it->second;
+      return rotation[k] = newAttribute("foldnorm_stream_rotation_", std::to_string(k),
+                                        plan.rotations.at(k).to(storeAs.value_or(dtype)));
+    };
+    auto nodeAt = [&](std::size_t i) { return i == kReturnNode ? graph->return_node() : nodes.at(i); };
+    for (const auto& ins : plan.inserted) {
+      if (ins.before) continue;
+      auto* producer = nodeAt(ins.node);
+      auto* v = producer->outputs().at(ins.slot);
+      jit::WithInsertPoint guard(producer->next());
+      auto* none = graph->insertConstant(c10::IValue());
+      auto* rotated = graph->insert(c10::aten::linear, {v, q(ins.stream), none});
+      rotated->node()->setSourceRange(producer->sourceRange());
+      rotated->setType(v->type());
+      v->replaceAllUsesAfterNodeWith(rotated->node(), rotated);
+    }
+    for (const auto& ins : plan.inserted) {
+      if (!ins.before) continue;
+      auto* reader = nodeAt(ins.node);
+      jit::WithInsertPoint guard(reader);
+      auto* back = graph->insert(c10::aten::matmul, {reader->input(ins.slot), q(ins.stream)});
+      back->node()->setSourceRange(reader->sourceRange());
+      back->setType(reader->input(ins.slot)->type());
+      reader->replaceInput(ins.slot, back);
+    }
+  }
+
   // The absorbed norms lose their affine: aten::rms_norm without weight, runs in plain PyTorch.
   for (const auto& norm : plan.norms) {
     auto* n = nodes[norm.node];

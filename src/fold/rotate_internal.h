@@ -1,6 +1,9 @@
 // Internal to src/fold: the pieces of the absorb + rotate stage (include/foldnorm/fold/rotate.h).
+//   rotate_graph.cpp     reads the graph: the parameter a value reads, shapes, constant arguments,
+//                        the layout walk from the stream back to a convolution
 //   rotate_plan.cpp      decides, on the folded graph and its recorded shapes: which norms' affine
-//                        moves into which readers, which streams rotate, every tensor edit
+//                        moves into which readers, which streams rotate, every tensor edit and
+//                        every inserted rotation
 //   rotate_apply.cpp     executes such a plan on a module whose forward has the same node order
 //                        (the float32 fold, or the float64 plan of the verification)
 //   rotation_matrix.cpp  the orthogonal matrices;  rotate.cpp  orchestration, check, save, report
@@ -56,9 +59,22 @@ struct AbsorbedNorm {
   std::vector<NewBias> newBiases;
 };
 
+/// A rotation inserted into the graph where the stream meets an op that is not a linear map of a
+/// parameter (Whisper's GELU stem writing it, a norm that keeps its affine or the model's output
+/// reading it): After: output `slot` of the node becomes linear(v, Q) = Q v per fiber, for every
+/// use; Before: input `slot` of the node reads matmul(v, Q) = Q^T v, the stream as it was.
+inline constexpr std::size_t kReturnNode = static_cast<std::size_t>(-1);  // `node`: the graph's return
+struct InsertedRotation {
+  std::size_t node = 0, slot = 0;
+  bool before = false;
+  std::size_t stream = 0;         // index into StagePlan::rotations
+};
+
 struct StagePlan {
   std::vector<AbsorbedNorm> norms;
   std::vector<TensorEdit> edits;  // in order (absorb first, then rotations)
+  std::vector<at::Tensor> rotations;         // float64 Q of each stream that has inserted rotations
+  std::vector<InsertedRotation> inserted;
   std::vector<c10::Symbol> kinds; // the planned graph's node kinds, by position (checked on apply)
   RotateReport report;            // verdicts (the verification's numbers are filled later)
 };
@@ -81,6 +97,21 @@ void applyStage(jit::Module& module, const std::shared_ptr<jit::Graph>& graph, c
 
 /// "aten::addmm (model.py:12)": what a refusal names.
 std::string describeNode(const jit::Node* n);
+
+/// Reads only metadata (size, dim, numel, device, dtype, layout): no edit changes what it sees.
+bool isShapeOnly(const jit::Node* n);
+/// Constant arguments: an int input, an int list (also a prim::ListConstruct of constants), 1.
+std::optional<int64_t> intArg(const jit::Node* n, std::size_t i);
+std::optional<std::vector<int64_t>> intList(const jit::Value* v);
+bool isOne(const jit::Value* v);
+inline bool isNone(const jit::Value* v) { return v->mustBeNone(); }
+/// aten::dropout with train=false.
+bool isEvalDropout(const jit::Node* n);
+/// A convolution whose output channels reach `v`'s last axis whole through layout ops read by
+/// nothing else (ViT's patch embedding: conv -> reshape(n, c, h*w) or flatten(2) ->
+/// permute(0, 2, 1) or transpose(1, 2)), its weight and bias parameters, groups 1, not
+/// transposed: rotating its output channels rotates that axis. nullptr otherwise.
+const jit::Node* convThroughLayout(const jit::Module& module, const Shapes& shapes, const jit::Value* v);
 
 }  // namespace foldnorm::rotate_detail
 

@@ -18,106 +18,7 @@
 
 namespace foldnorm::rotate_detail {
 
-std::string describeNode(const jit::Node* n) {
-  std::string s = n->kind().toQualString();
-  if (auto flc = n->sourceRange().file_line_col()) {
-    const auto& [file, line, col] = *flc;
-    s += " (" + file + ":" + std::to_string(line) + ")";
-  }
-  return s;
-}
-
-std::optional<Slot> slotOf(const jit::Module& root, const jit::Value* v) {
-  auto* n = const_cast<jit::Node*>(v->node());  // a constant's node is where an edit writes
-  if (n->kind() == c10::prim::Constant) {
-    if (!n->hasAttribute(c10::attr::value) || n->kindOf(c10::attr::value) != jit::AttributeKind::t) return std::nullopt;
-    Slot s;
-    s.constant = n;
-    s.tensor = n->t(c10::attr::value);
-    s.path = "constant";
-    return s;
-  }
-  std::vector<std::string> names;
-  while (v->node()->kind() == c10::prim::GetAttr) {
-    names.push_back(v->node()->s(c10::attr::name));
-    v = v->node()->input(0);
-  }
-  if (names.empty() || v != v->owningGraph()->inputs().at(0)) return std::nullopt;
-  jit::Module owner = root;
-  std::string path;
-  for (std::size_t i = names.size(); i-- > 1;) {
-    auto sub = owner.attr(names[i]);
-    if (!sub.isObject()) return std::nullopt;
-    owner = jit::Module(sub.toObject());
-    path += names[i] + ".";
-  }
-  auto iv = owner.attr(names[0]);
-  if (!iv.isTensor()) return std::nullopt;
-  return Slot{owner, names[0], path + names[0], iv.toTensor(), nullptr};
-}
-
-Shapes recordShapes(const jit::Module& module, const std::shared_ptr<jit::Graph>& graph,
-                    const std::vector<at::Tensor>& inputs) {
-  auto copy = graph->copy();
-  auto collect = [](const std::shared_ptr<jit::Graph>& g) {
-    std::vector<jit::Value*> out(g->inputs().begin(), g->inputs().end());
-    for (auto* n : g->nodes())
-      for (auto* v : n->outputs()) out.push_back(v);
-    return out;
-  };
-  const auto original = collect(graph), copied = collect(copy);
-  std::vector<jit::Value*> outs;
-  std::vector<const jit::Value*> which;
-  for (std::size_t i = 0; i < copied.size(); ++i)
-    if (copied[i]->type()->kind() == c10::TypeKind::TensorType) {
-      outs.push_back(copied[i]);
-      which.push_back(original.at(i));
-    }
-  auto* tuple = copy->insertNode(copy->createTuple(outs));
-  while (!copy->outputs().empty()) copy->eraseOutput(0);
-  copy->registerOutput(tuple->output());
-  auto values = runGraph(module, copy, inputs);
-  if (values.size() != which.size()) throw std::logic_error("rotate: the shape run returned another number of values");
-  Shapes shapes;
-  for (std::size_t i = 0; i < values.size(); ++i)
-    if (values[i].defined()) shapes[which[i]] = values[i].sizes().vec();
-  return shapes;
-}
-
 namespace {
-
-bool isShapeOnly(const jit::Node* n) {
-  // aten::numel is not an interned symbol in every torch (2.9's headers lack it): look it up by name
-  static const std::set<c10::Symbol> kinds{c10::aten::size, c10::aten::dim, c10::prim::device, c10::prim::dtype,
-                                           c10::Symbol::fromQualString("aten::numel"), c10::prim::layout};
-  return kinds.count(n->kind()) > 0;
-}
-
-std::optional<int64_t> intArg(const jit::Node* n, std::size_t i) {
-  auto iv = jit::toIValue(n->input(i));
-  if (!iv || !iv->isInt()) return std::nullopt;
-  return iv->toInt();
-}
-
-/// A constant int list, also one a trace builds with prim::ListConstruct of constants.
-std::optional<std::vector<int64_t>> intList(const jit::Value* v) {
-  if (auto iv = jit::toIValue(v); iv && iv->isIntList()) return iv->toIntVector();
-  if (v->node()->kind() != c10::prim::ListConstruct) return std::nullopt;
-  std::vector<int64_t> out;
-  for (const auto* e : v->node()->inputs()) {
-    auto iv = jit::toIValue(e);
-    if (!iv || !iv->isInt()) return std::nullopt;
-    out.push_back(iv->toInt());
-  }
-  return out;
-}
-
-bool isOne(const jit::Value* v) {
-  auto iv = jit::toIValue(v);
-  return iv && ((iv->isInt() && iv->toInt() == 1) || (iv->isDouble() && iv->toDouble() == 1.0));
-}
-
-bool isNone(const jit::Value* v) { return v->mustBeNone(); }
 
 /// The "input" of a matmul reader that names the bias the stage adds after it.
 constexpr std::size_t kBiasAfter = kBiasAfterInput;
@@ -188,73 +89,6 @@ class Planner {
              isOne(n->input(4));
     }
     return true;
-  }
-
-  /// A convolution whose output channels reach `v`'s last axis whole through layout ops read by
-  /// nothing else (ViT's patch embedding: conv -> reshape(n, c, h*w) or flatten(2) ->
-  /// permute(0, 2, 1) or transpose(1, 2)), its weight and bias parameters, groups 1, not
-  /// transposed: rotating its output channels rotates that axis. nullptr otherwise.
-  const jit::Node* convThroughLayout(const jit::Value* v) const {
-    using namespace c10;
-    auto shapeOf = [&](const jit::Value* x) -> const std::vector<int64_t>* {
-      auto it = shapes_.find(x);
-      return it == shapes_.end() ? nullptr : &it->second;
-    };
-    auto valueUses = [](const jit::Value* x) {
-      std::size_t n = 0;
-      for (const auto& u : x->uses()) n += isShapeOnly(u.user) ? 0 : 1;
-      return n;
-    };
-    const jit::Value* cur = v;
-    const auto* vs = shapeOf(v);
-    if (!vs || vs->empty()) return nullptr;
-    int64_t axis = static_cast<int64_t>(vs->size()) - 1;  // where the stream's axis is in `cur`
-    for (int step = 0; step < 8; ++step) {
-      const auto* p = cur->node();
-      const auto k = p->kind();
-      const bool convNd = k == aten::conv1d || k == aten::conv2d || k == aten::conv3d;
-      if (k == aten::_convolution || convNd) {
-        if (axis != 1 || !slotOf(module_, p->input(1)) || !(isNone(p->input(2)) || slotOf(module_, p->input(2))))
-          return nullptr;
-        if (k == aten::_convolution) {
-          auto transposed = jit::toIValue(p->input(6));
-          if (!transposed || !transposed->isBool() || transposed->toBool()) return nullptr;
-        }
-        auto groups = intArg(p, k == aten::_convolution ? 8 : 6);
-        return groups && *groups == 1 ? p : nullptr;
-      }
-      const auto* in = shapeOf(p->input(0));
-      const auto* out = shapeOf(cur);
-      if (!in || !out || p->outputs().size() != 1 || (cur != v && valueUses(cur) != 1)) return nullptr;
-      const auto rank = static_cast<int64_t>(in->size());
-      auto norm = [&](int64_t d) { return d < 0 ? d + rank : d; };
-      if (k == aten::permute) {
-        auto dims = intList(p->input(1));
-        if (!dims || static_cast<int64_t>(dims->size()) != rank) return nullptr;
-        axis = norm((*dims)[static_cast<std::size_t>(axis)]);
-      } else if (k == aten::transpose) {
-        auto a = intArg(p, 1), b = intArg(p, 2);
-        if (!a || !b) return nullptr;
-        axis = axis == norm(*a) ? norm(*b) : axis == norm(*b) ? norm(*a) : axis;
-      } else if (k == aten::reshape || k == aten::view || k == aten::flatten) {
-        // The axis stays whole when the input has an axis of the same size behind the same number
-        // of elements: every element keeps its channel index.
-        int64_t before = 1;
-        for (int64_t i = 0; i < axis; ++i) before *= (*out)[static_cast<std::size_t>(i)];
-        const int64_t size = (*out)[static_cast<std::size_t>(axis)];
-        int64_t found = -1, prefix = 1;
-        for (int64_t j = 0; j < rank && found < 0; ++j) {
-          if (prefix == before && (*in)[static_cast<std::size_t>(j)] == size) found = j;
-          prefix *= (*in)[static_cast<std::size_t>(j)];
-        }
-        if (found < 0) return nullptr;
-        axis = found;
-      } else if (!(k == aten::contiguous || k == aten::clone || (k == aten::dropout && keepsFibers(p, lastDim(cur))))) {
-        return nullptr;
-      }
-      cur = p->input(0);
-    }
-    return nullptr;
   }
 
   /// The linear read of input `offset` of `n`, where the weight is a parameter.
@@ -368,8 +202,34 @@ class Planner {
     std::set<const jit::Node*> norms, writers;
     std::map<std::size_t, std::pair<const jit::Node*, LinearKind>> writerKinds;  // by position
     std::map<std::size_t, const jit::Node*> readers;                              // by position
+    // Inserted rotations (options_.insertRotations): values a non-linear op writes, which get
+    // Q after it; (node, input) reads by a non-linear op, which get Q^T before it.
+    std::vector<const jit::Value*> insertAfter;
+    std::vector<std::pair<const jit::Node*, std::size_t>> insertBefore;
+    std::vector<std::string> insertedNames;
     std::string refusal;
   };
+
+  /// A non-linear writer: its output gets Q inserted after it, or the stream is refused.
+  void nonLinearWriter(Stream& s, const jit::Value* v) const {
+    const auto* p = v->node();
+    if (!options_.insertRotations) {
+      refuse(s, "it is written by " + describeNode(p) + ", which is not a linear map of a parameter");
+      return;
+    }
+    s.insertAfter.push_back(v);
+    s.insertedNames.push_back("after " + describeNode(p));
+  }
+  /// A non-linear read: Q^T inserted before it gives it the stream as it was, or the stream is refused.
+  void nonLinearReader(Stream& s, const jit::Node* n, std::size_t input, const std::string& why) const {
+    if (!options_.insertRotations) {
+      refuse(s, why);
+      return;
+    }
+    s.insertBefore.push_back({n, input});
+    s.insertedNames.push_back("before " + (n->kind() == c10::prim::Return ? std::string("the model's output")
+                                                                             : describeNode(n)));
+  }
 
   void refuse(Stream& s, const std::string& why) const {
     if (s.refusal.empty()) s.refusal = why;
@@ -406,10 +266,10 @@ class Planner {
         s.writers.insert(p), s.writerKinds[pos(p)] = {p, LinearKind::Parameter};
       } else if (kind == c10::prim::Param) {
         refuse(s, "the model's input is part of it");
-      } else if (const auto* conv = convThroughLayout(v)) {
+      } else if (const auto* conv = convThroughLayout(module_, shapes_, v)) {
         s.writers.insert(conv), s.writerKinds[pos(conv)] = {conv, LinearKind::Conv};
       } else {
-        refuse(s, "it is written by " + describeNode(p) + ", which is not a linear map of a parameter");
+        nonLinearWriter(s, v);
       }
       for (const auto& use : v->uses()) {
         const auto* n = use.user;
@@ -419,7 +279,7 @@ class Planner {
           work.push_back(n->output());
         } else if (use.offset == 0 && isPassthrough(n)) {
           if (keepsFibers(n, d)) work.push_back(n->output());
-          else refuse(s, describeNode(n) + " reads it and moves its channel axis");
+          else nonLinearReader(s, n, use.offset, describeNode(n) + " reads it and moves its channel axis");
         } else if (n->kind() == c10::prim::ListConstruct && n->output()->uses().size() == 1 &&
                    n->output()->uses()[0].user->kind() == c10::aten::cat) {
           work.push_back(n->output()->uses()[0].user->output());
@@ -430,16 +290,16 @@ class Planner {
           std::string why;
           for (const auto& a : plan_.report.absorbed)
             if (a.norm == normName(n)) why = a.reason;
-          refuse(s, "the norm " + normName(n) + " keeps its affine (" + why + ")");
+          nonLinearReader(s, n, use.offset, "the norm " + normName(n) + " keeps its affine (" + why + ")");
         } else if (n->kind() == c10::aten::layer_norm) {
           refuse(s, "a LayerNorm the fold kept reads it (" + describeNode(n) + "): not mean-zero there, so not an "
                     "RMSNorm (a post-LN model's norms read the residual sum itself)");
         } else if (linearRead(n, use.offset)) {
           s.readers[pos(n)] = n;
         } else if (n->kind() == c10::prim::Return || n->kind() == c10::prim::TupleConstruct) {
-          refuse(s, "the model returns it (" + describeNode(n) + "): a rotated output would differ");
+          nonLinearReader(s, n, use.offset, "the model returns it (" + describeNode(n) + "): a rotated output would differ");
         } else {
-          refuse(s, describeNode(n) + " reads it and is not linear in it");
+          nonLinearReader(s, n, use.offset, describeNode(n) + " reads it and is not linear in it");
         }
       }
     }
@@ -471,6 +331,9 @@ class Planner {
       verdict.norms = static_cast<int>(s.norms.size());
       verdict.writers = static_cast<int>(s.writers.size());
       verdict.readers = static_cast<int>(s.readers.size());
+      if (s.refusal.empty() && s.readers.empty())
+        refuse(s, "no linear map reads it (through a weightless norm or directly): rotating it would change "
+                  "nothing a quantizer sees");
       verdict.reason = s.refusal;
       verdict.seed = options_.seed + static_cast<uint64_t>(index);
       if (options_.rotate && s.refusal.empty()) rotate(s, d, verdict);
@@ -485,6 +348,17 @@ class Planner {
     auto q = rotationMatrix(d, options_.kind, verdict.seed, &used);
     verdict.rotated = true;
     verdict.rotation = toString(used);
+    if (!s.insertAfter.empty() || !s.insertBefore.empty()) {
+      const std::size_t k = plan_.rotations.size();
+      plan_.rotations.push_back(q);
+      for (const auto* v : s.insertAfter)
+        if (nextCount(insertedEdits_) != options_.skipInserted)
+          plan_.inserted.push_back({pos(v->node()), v->offset(), false, k});
+      for (const auto& [n, input] : s.insertBefore)
+        if (nextCount(insertedEdits_) != options_.skipInserted)
+          plan_.inserted.push_back({n->kind() == c10::prim::Return ? kReturnNode : pos(n), input, true, k});
+      verdict.inserted = s.insertedNames;
+    }
     const std::string key = "rot:" + std::to_string(verdict.seed);
     auto rot = [&](const jit::Node* n, std::size_t input, int64_t axis) {
       edit({TensorEdit::Rotate, pos(n), input, axis, q, 0, 0, key + ":" + std::to_string(axis)});
@@ -540,7 +414,7 @@ class Planner {
   std::set<const jit::Node*> absorbed_;
   std::map<const jit::Node*, std::vector<const jit::Node*>> readersOfNorm_;
   std::set<std::pair<std::size_t, std::size_t>> hasBias_;  // (node, input) that has or gets a bias
-  int biasEdits_ = 0, readerEdits_ = 0;
+  int biasEdits_ = 0, readerEdits_ = 0, insertedEdits_ = 0;
 };
 
 }  // namespace

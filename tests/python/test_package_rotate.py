@@ -73,24 +73,29 @@ def test_falcon_rotates():
     check_rotated(Logits(perturb(tf.FalconForCausalLM(config).eval())), ids(), 1)
 
 
-def test_bloom_is_refused_at_its_embedding_norm():
+def test_bloom_rotates_after_its_embedding_norm():
     # BLOOM normalizes the embeddings before the first block: that norm's output IS the stream
-    # (read by a residual add), so its gain cannot move into a reader and the stream cannot rotate.
+    # (read by a residual add), so its gain cannot move into a reader: the rotation is inserted
+    # after it as an op; without insertions the stream is refused.
     tf = transformers()
     torch.manual_seed(0)
     config = tf.BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.0,
                             attention_dropout=0.0, bos_token_id=0, eos_token_id=0)
     try:
-        stage = check_rotated(Logits(perturb(tf.BloomForCausalLM(config).eval())), ids(), 0)
+        model = Logits(perturb(tf.BloomForCausalLM(config).eval()))
+        stage = check_rotated(model, ids(), 1)
     except foldnorm.FoldnormError as e:
         if "GeLUFunction" in str(e):  # transformers' BLOOM GELU: a Python autograd function, not traceable
             raise Skip("torch.jit.trace cannot save BLOOM's GeLUFunction (transformers " + tf.__version__ + ")")
         raise
     assert any(not a["absorbed"] and "reads it" in a["reason"] for a in stage["absorbed"]), stage["absorbed"]
-    assert all(s["reason"] for s in stage["streams"]), stage["streams"]
+    rotated = [s for s in stage["streams"] if s["rotated"]]
+    assert any(i.startswith("after ") for i in rotated[0]["inserted"]), rotated
+    refused = check_rotated(model, ids(), 0, insert_rotations=False)
+    assert all(s["reason"] for s in refused["streams"]), refused["streams"]
 
 
-def test_whisper_encoder_is_refused_with_the_reason():
+def test_whisper_encoder_rotates_with_inserted_rotations():
     tf = transformers()
     torch.manual_seed(0)
     config = tf.WhisperConfig(vocab_size=64, d_model=32, encoder_layers=2, encoder_attention_heads=4,
@@ -99,8 +104,14 @@ def test_whisper_encoder_is_refused_with_the_reason():
                               pad_token_id=0, bos_token_id=0, eos_token_id=0, decoder_start_token_id=0)
     encoder = tf.WhisperModel(config).get_encoder().eval()
     x = torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(1))
-    stage = check_rotated(Hidden(perturb(encoder)), x, 0)
-    assert all(s["reason"] for s in stage["streams"]), stage["streams"]
+    # Its stream starts at gelu(conv2(x)) and ends in a norm whose output the model returns: Q is
+    # inserted after the first and Q^T before the second; without insertions it is refused.
+    model = Hidden(perturb(encoder))
+    stage = check_rotated(model, x, 1)
+    inserted = stage["streams"][0]["inserted"]
+    assert sorted(i.split(" ")[0] for i in inserted) == ["after", "before"], inserted
+    refused = check_rotated(model, x, 0, insert_rotations=False)
+    assert all(s["reason"] for s in refused["streams"]), refused["streams"]
 
 
 def test_bert_post_ln_is_refused():

@@ -10,10 +10,12 @@
 // Requirements: absorb, per norm: every reader of its output (through views and reshapes that
 // keep the last axis, and eval dropout) is aten::linear, aten::addmm (GPT-2's Conv1D) or
 // aten::matmul with a parameter; otherwise the norm keeps its affine and the reader is named.
-// Rotate, per stream (the values joined by residual adds around weightless norms): every norm
-// of it weightless over the last axis only, every writer an embedding, a parameter (a position
-// table), a linear or addmm, every reader a norm or a linear map; otherwise the stream is refused
-// with the reason. Arithmetic in float64, one rounding to the model's dtype per tensor; a tensor
+// Rotate, per stream (the values joined by residual adds around weightless norms): every writer
+// an embedding, a parameter (a position table), a linear, addmm or a convolution through layout
+// ops, every reader a weightless norm or a linear map; where another op writes or reads it, a
+// rotation is inserted as an op (Q after a writer, Q^T before a reader; RotateOptions::
+// insertRotations, else the stream is refused with the reason). A stream a LayerNorm the fold
+// kept reads, or that no linear map reads, is refused. Arithmetic in float64, one rounding to the model's dtype per tensor; a tensor
 // read by readers that need different edits (a tied LM head) is untied: the other reads get an
 // attribute of their own on the root module (foldnorm_rotated_<path>).
 #pragma once
@@ -48,12 +50,17 @@ struct RotateOptions {
   RotationKind kind = RotationKind::Hadamard;
   uint64_t seed = 0;
   int randomInputs = 1;                 // input sets besides the example inputs
+  /// Where a non-linear op writes or reads a stream (a GELU stem, a norm keeping its affine, the
+  /// model's output), insert Q (after the writer) or Q^T (before the reader) as an op instead of
+  /// refusing the stream: exact, one [width x width] product per token there.
+  bool insertRotations = true;
   double float64Tolerance = 1e-12;      // relative, the rotated plan in float64 against the original
   ProgressFn progress;
   /// Test-only: leave the `skipReader`-th reader unrotated, or the `dropBias`-th bias edit out
   /// (counted over all streams and norms; -1 = none). Verification must then fail.
   int skipReader = -1;
   int dropBias = -1;
+  int skipInserted = -1;                // leave the `skipInserted`-th inserted rotation out
 };
 
 /// What became of one folded norm's affine.
@@ -72,6 +79,9 @@ struct StreamVerdict {
   uint64_t seed = 0;
   int norms = 0, writers = 0, readers = 0;
   std::vector<std::string> writerNames, readerNames;
+  /// Rotations inserted as ops where a non-linear op writes the stream ("after aten::gelu
+  /// (model.py:3)": Q) or reads it ("before the model's output": Q^T, the stream as it was).
+  std::vector<std::string> inserted;
   std::string reason;                   // refused: why
 };
 
