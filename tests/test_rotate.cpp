@@ -156,6 +156,11 @@ TEST_CASE("post-LN BERT is refused with the reason, and left equal to the origin
   CHECK(countRotated(rep) == 0);
   REQUIRE_FALSE(rep.streams.empty());
   for (const auto& s : rep.streams) CHECK_FALSE(s.reason.empty());
+  // The text says it, per stream (the refusals once vanished from it behind a dangling else).
+  const auto text = toText(rep);
+  std::size_t said = 0;
+  for (auto at = text.find(": not rotated: "); at != std::string::npos; at = text.find(": not rotated: ", at + 1)) ++said;
+  CHECK(said == rep.streams.size());
   CHECK(rep.passed);
 }
 
@@ -199,6 +204,8 @@ TEST_CASE("Whisper's encoder: rotations inserted after its GELU stem and before 
     };
     CHECK(count("after ") == 1);
     CHECK(count("before ") == 1);
+    CHECK_THAT(toText(rep), Catch::Contains("inserted a rotation op after ") &&
+                                Catch::Contains("inserted a rotation op before "));
     CHECK(rep.passed);
     CHECK(rep.worstRelative64 < 1e-12);
     test::ScratchDir dir("foldnorm-rotate");

@@ -195,13 +195,14 @@ std::string toText(const RotateReport& r) {
     }
   }
   for (const auto& s : r.streams) {
-    if (s.rotated)
-      out += strf("stream of width %lld: rotated (%s, seed %llu): %d norm(s), %zu writer(s), %zu reader(s)\n",
-                  static_cast<long long>(s.width), s.rotation.c_str(), static_cast<unsigned long long>(s.seed),
-                  s.norms, s.writerNames.size(), s.readerNames.size());
-    for (const auto& i : s.inserted) if (s.rotated) out += "  inserted a rotation op " + i + "\n";
-    else
+    if (!s.rotated) {
       out += strf("stream of width %lld: not rotated: %s\n", static_cast<long long>(s.width), s.reason.c_str());
+      continue;
+    }
+    out += strf("stream of width %lld: rotated (%s, seed %llu): %d norm(s), %zu writer(s), %zu reader(s)\n",
+                static_cast<long long>(s.width), s.rotation.c_str(), static_cast<unsigned long long>(s.seed),
+                s.norms, s.writerNames.size(), s.readerNames.size());
+    for (const auto& i : s.inserted) out += "  inserted a rotation op " + i + "\n";
   }
   for (const auto& u : r.untied) out += "  untied: " + u + " (its reads need different edits)\n";
   out += strf("float64: original vs fold + absorb + rotation (unrounded), %d input set(s): relative %.2e (tolerance "

@@ -5,7 +5,8 @@
 // The stream's channel axis is the last axis of every value in it. An op passes it on (a
 // "passthrough") when its input and output both end in that width and it moves whole fibers:
 // views and reshapes that keep the last width (row-major order keeps each fiber whole), eval
-// dropout, contiguous, clone, to, expand, unsqueeze, and slice/select/cat along another axis.
+// dropout, contiguous, clone, alias (a traced export's identity), to, expand, unsqueeze, and
+// slice/select/cat along another axis.
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
@@ -68,7 +69,7 @@ class Planner {
     using namespace c10;
     static const std::set<Symbol> kinds{aten::view,  aten::reshape, aten::contiguous, aten::clone,  aten::to,
                                         aten::expand, aten::unsqueeze, aten::slice,    aten::select, aten::dropout,
-                                        aten::type_as};
+                                        aten::type_as, aten::alias};
     return kinds.count(n->kind()) > 0;
   }
   /// A passthrough whose input 0 and output both end in width d, moving whole fibers.
@@ -207,6 +208,7 @@ class Planner {
     std::vector<const jit::Value*> insertAfter;
     std::vector<std::pair<const jit::Node*, std::size_t>> insertBefore;
     std::vector<std::string> insertedNames;
+    std::vector<std::string> nonLinearReads;  // why each inserted Q^T was needed
     std::string refusal;
   };
 
@@ -226,6 +228,7 @@ class Planner {
       refuse(s, why);
       return;
     }
+    s.nonLinearReads.push_back(why);
     s.insertBefore.push_back({n, input});
     s.insertedNames.push_back("before " + (n->kind() == c10::prim::Return ? std::string("the model's output")
                                                                              : describeNode(n)));
@@ -332,8 +335,9 @@ class Planner {
       verdict.writers = static_cast<int>(s.writers.size());
       verdict.readers = static_cast<int>(s.readers.size());
       if (s.refusal.empty() && s.readers.empty())
-        refuse(s, "no linear map reads it (through a weightless norm or directly): rotating it would change "
-                  "nothing a quantizer sees");
+        refuse(s, "no linear map reads it (through a weightless norm or directly), so rotating it would change "
+                  "nothing a quantizer sees" +
+                      (s.nonLinearReads.empty() ? std::string() : ": " + s.nonLinearReads.front()));
       verdict.reason = s.refusal;
       verdict.seed = options_.seed + static_cast<uint64_t>(index);
       if (options_.rotate && s.refusal.empty()) rotate(s, d, verdict);
