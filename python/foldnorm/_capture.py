@@ -29,9 +29,9 @@ EXPORT = "torch.export"
 TRACE = "torch.jit.trace"
 
 
-def export(model: nn.Module, inputs: Inputs, folder: str) -> Tuple[str, List[str]]:
-    """``model`` exported (non-strict, eval mode) and saved as ``folder/model.pt2``; returns the
-    path and the names of its flattened outputs. Raises what torch.export raises."""
+def exported_program(model: nn.Module, inputs: Inputs):
+    """``model`` exported (non-strict, eval mode): (the ExportedProgram, the names of its flattened
+    outputs). Raises what torch.export raises."""
     extra = hf_call_options(model)
     own_forward = model.__dict__.get("forward")
     bound = model.forward
@@ -61,9 +61,30 @@ def export(model: nn.Module, inputs: Inputs, folder: str) -> Tuple[str, List[str
             del model.forward
     if not names_out:
         raise FoldnormError(f"{type(model).__name__} returns no tensor on the example inputs")
+    return program, names_out
+
+
+def export(model: nn.Module, inputs: Inputs, folder: str) -> Tuple[str, List[str]]:
+    """``model`` exported and saved as ``folder/model.pt2``; returns the path and the names of
+    its flattened outputs. Raises what torch.export raises."""
+    program, names = exported_program(model, inputs)
     path = os.path.join(folder, "model.pt2")
     torch.export.save(program, path)
-    return path, names_out
+    return path, names
+
+
+def trace_through_export(model: nn.Module, inputs: Inputs, folder: str, why: str) -> Tuple[str, List[str]]:
+    """Where a trace of ``model`` cannot be made or saved (``why``: BLOOM's GeLU is a Python
+    autograd.Function, which torch.jit.save refuses), the trace of its torch.export program as a
+    module: the same parameters under the same names, every op an ATen op. Saved with the input
+    specs; returns (path, output names). One FoldnormError line with both reasons otherwise."""
+    name = type(model).__name__
+    try:
+        program, names = exported_program(model, inputs)
+        traced, _ = trace(program.module(), inputs, set_eval=False)  # exported in eval mode already
+        return save_with_specs(traced, inputs.specs(), folder), names
+    except Exception as e:  # noqa: BLE001  (one line with both causes)
+        raise FoldnormError(f"cannot trace {name}: {why}; nor its torch.export program: {first_line(e)}") from None
 
 
 def capture(model: nn.Module, inputs: Inputs, folder: str, read: Callable[[str, List[str]], object]):

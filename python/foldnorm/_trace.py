@@ -116,8 +116,9 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             m.training = training
 
 
-def trace(model: nn.Module, inputs: Inputs) -> Tuple[torch.jit.ScriptModule, List[str]]:
-    """Traces ``model`` in eval mode; returns the trace and the names of its flattened outputs."""
+def trace(model: nn.Module, inputs: Inputs, set_eval: bool = True) -> Tuple[torch.jit.ScriptModule, List[str]]:
+    """Traces ``model`` in eval mode (``set_eval=False``: as it is; a torch.export program's module
+    refuses eval()); returns the trace and the names of its flattened outputs."""
     extra = hf_call_options(model)
     own_forward = model.__dict__.get("forward")
     bound = model.forward
@@ -134,7 +135,7 @@ def trace(model: nn.Module, inputs: Inputs) -> Tuple[torch.jit.ScriptModule, Lis
 
     model.forward = forward.__get__(model)
     try:
-        with eval_mode(model), torch.no_grad():
+        with (eval_mode(model) if set_eval else contextlib.nullcontext()), torch.no_grad():
             traced = torch.jit.trace(model, inputs.tensors, check_trace=False)
     except FoldnormError:
         raise
@@ -198,5 +199,11 @@ def read_model(model: Union[str, os.PathLike, torch.jit.ScriptModule, nn.Module]
         if export_first:
             from ._capture import capture
             return capture(model, inputs, folder, read)
-        traced, names = trace(model, inputs)
-        return read(save_with_specs(traced, inputs.specs(), folder), inputs.specs()), names, "torch.jit.trace"
+        try:
+            traced, names = trace(model, inputs)
+            path, how = save_with_specs(traced, inputs.specs(), folder), "torch.jit.trace"
+        except Exception as e:  # noqa: BLE001  (a Python autograd.Function: trace the export instead)
+            from ._capture import trace_through_export
+            path, names = trace_through_export(model, inputs, folder, first_line(e))
+            how = "torch.export + torch.jit.trace"
+        return read(path, inputs.specs()), names, how
