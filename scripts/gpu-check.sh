@@ -197,6 +197,21 @@ if (( cuda )); then
     --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-bfloat16-b1.md" --data "$out/e2e_cuda_bfloat16_b1.dat"
 fi
 
+# ---- where the time goes: each op's device time (the norms' share), CUDA graphs without launch overhead ----
+if (( cuda )); then
+  step profile-cuda-bfloat16-b8 150 "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
+    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" --device cuda --dtype bfloat16 --batch 8 \
+    --models gpt2:small,opt:125m,vit:b_16 --seq 128,512 --reps 10 --top 10 --cuda-graphs
+  step profile-cuda-float32-b1 120 "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
+    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" --device cuda --dtype float32 --batch 1 \
+    --models gpt2:small,opt:125m --seq 128,1024 --reps 10 --top 10 --cuda-graphs
+else
+  # The same script's CPU path on retargeted bfloat16 files (what the GPU steps run, less CUDA).
+  step profile-cpu-bfloat16 120 "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
+    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" --dtype bfloat16 --batch 2 \
+    --models gpt2:tiny --seq 16 --reps 2 --top 4
+fi
+
 # ---- kernels: ours vs aten, interleaved ----
 if (( cuda )); then
   # Every table also times the fused residual add + RMSNorm against its unfused forms.
