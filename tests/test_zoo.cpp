@@ -241,6 +241,20 @@ TEST_CASE("the same seed builds the same model, another seed another", "[zoo]") 
   CHECK_FALSE(torch::equal(pa["transformer.h.0.ln_1.weight"], pc["transformer.h.0.ln_1.weight"]));
 }
 
+TEST_CASE("--layers builds the preset's width with that many layers; a model with stages refuses it", "[zoo]") {
+  auto a = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1), b = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1, 3);
+  auto pa = a.root->named_parameters(), pb = b.root->named_parameters();
+  CHECK(pa.contains("transformer.h.1.ln_1.weight"));
+  CHECK_FALSE(pa.contains("transformer.h.2.ln_1.weight"));  // the preset has 2
+  CHECK(pb.contains("transformer.h.2.ln_1.weight"));
+  CHECK_FALSE(pb.contains("transformer.h.3.ln_1.weight"));
+  CHECK(pb["transformer.wte.weight"].sizes() == pa["transformer.wte.weight"].sizes());
+  auto phi = foldnorm::zoo::makeEagerModel("phi", "tiny", 1, 1);
+  CHECK_FALSE(phi.root->named_parameters().contains("model.layers.1.input_layernorm.weight"));
+  CHECK_THROWS_WITH(foldnorm::zoo::makeEagerModel("swin_t", "tiny", 1, 2), Catch::Contains("per stage"));
+  CHECK_THROWS_WITH(foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1, -1), Catch::Contains("positive"));
+}
+
 TEST_CASE("unknown zoo models and presets are rejected with the valid choices", "[zoo]") {
   ScratchDir scratch;
   auto out = (scratch.path / "never.pt").string();

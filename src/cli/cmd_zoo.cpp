@@ -1,4 +1,4 @@
-// `foldnorm zoo list` and `foldnorm zoo NAME [--preset P] [--seed N] -o OUT.pt`: build a model of
+// `foldnorm zoo list` and `foldnorm zoo NAME [--preset P] [--seed N] [--layers N] -o OUT.pt`: build a model of
 // the built-in zoo as a traced TorchScript file with its example inputs embedded.
 #include <iomanip>
 #include <iostream>
@@ -15,6 +15,7 @@ struct ZooArgs {
   std::string name;
   std::string preset;
   uint64_t seed = 0;
+  int64_t layers = 0;
   std::string out;
 };
 
@@ -40,6 +41,9 @@ void setup(CLI::App& app, int& exitCode) {
                                                "`tiny` builds in seconds)");
   cmd->add_option("--seed", args->seed, "Seed of the random weights and example inputs")
       ->capture_default_str();
+  cmd->add_option("--layers", args->layers, "That many layers at the preset's width (a full-width model that "
+                                            "fits in memory; not for models with stages: swin_t, convnext_t)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--output,-o", args->out, "Where to write the TorchScript file (.pt)");
   cmd->callback([args, &exitCode] {
     if (args->name == "list") {
@@ -54,6 +58,7 @@ void setup(CLI::App& app, int& exitCode) {
     ZooBuildOptions options;
     options.preset = args->preset;
     options.seed = args->seed;
+    options.layers = args->layers;
     options.progress = [](const std::string& line) { std::cerr << "zoo: " << line << "\n"; };
     buildZooModel(args->name, args->out, options);
     exitCode = 0;

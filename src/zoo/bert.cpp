@@ -175,8 +175,9 @@ BertConfig configFor(const std::string& preset) {
 
 }  // namespace
 
-EagerModel buildBert(const std::string& preset, at::Generator& gen) {
+EagerModel buildBert(const std::string& preset, int64_t layers, at::Generator& gen) {
   auto c = configFor(preset);
+  setDepth(c.layers, layers);
   auto model = BertModel(c);
   initParameters(*model, gen);
   EagerModel m;

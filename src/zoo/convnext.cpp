@@ -112,7 +112,8 @@ ConvNextConfig configFor(const std::string& preset) {
 
 }  // namespace
 
-EagerModel buildConvnext(const std::string& preset, at::Generator& gen) {
+EagerModel buildConvnext(const std::string& preset, int64_t layers, at::Generator& gen) {
+  refuseDepth("convnext_t", layers);
   auto c = configFor(preset);
   auto model = ConvNeXt(c);
   EagerModel m = imageModel(model, preset, c.image, gen);

@@ -147,8 +147,9 @@ TORCH_MODULE(GPT2Model);
 }  // namespace
 
 // GPT2LMHeadModel: the head is tied to the token embedding wte.
-EagerModel buildGpt2(const std::string& preset, at::Generator& gen) {
+EagerModel buildGpt2(const std::string& preset, int64_t layers, at::Generator& gen) {
   auto c = configFor(preset);
+  setDepth(c.nLayer, layers);
   CausalLM<GPT2Model> model("GPT2LMHeadModel", "transformer", GPT2Model(c), c.nEmbd, c.vocab, false);
   model->lm_head->weight = tieParameter(*model->lm_head, "weight", model->body->wte->weight);
   return causalLmModel(model, preset, c.vocab, gen);

@@ -1,5 +1,7 @@
 #include "layers.h"
 
+#include "foldnorm/common/error.h"
+
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include <cmath>
@@ -177,6 +179,16 @@ void initParameters(torch::nn::Module& root, at::Generator& gen, double std) {
       }
     }
   }
+}
+
+void setDepth(int64_t& configLayers, int64_t layers) {
+  if (layers < 0) throw Error("the number of layers must be positive, not " + std::to_string(layers));
+  if (layers > 0) configLayers = layers;
+}
+
+void refuseDepth(const std::string& model, int64_t layers) {
+  if (layers != 0)
+    throw Error("zoo model '" + model + "' sets its depth per stage: a number of layers does not apply to it");
 }
 
 }  // namespace foldnorm::zoo

@@ -190,15 +190,20 @@ EagerModel imageModel(Holder model, const std::string& preset, int64_t image, at
                         InputSpec{{preset == "tiny" ? 2 : 1, 3, image, image}, "float32", {}, {}}, "logits");
 }
 
+/// `layers` > 0: that many layers instead of the preset's (a model with one stack of layers);
+/// 0: the preset's. Throws foldnorm::Error for a model whose depth is per stage (Swin, ConvNeXt).
+void setDepth(int64_t& configLayers, int64_t layers);
+void refuseDepth(const std::string& model, int64_t layers);
+
 // ---- the models (one file each; zoo.cpp lists them) -----------------------------------------
-EagerModel buildGpt2(const std::string& preset, at::Generator& gen);
-EagerModel buildBert(const std::string& preset, at::Generator& gen);
-EagerModel buildOpt(const std::string& preset, at::Generator& gen);
-EagerModel buildOpt350m(const std::string& preset, at::Generator& gen);
-EagerModel buildPhi(const std::string& preset, at::Generator& gen);
-EagerModel buildLlama(const std::string& preset, at::Generator& gen);
-EagerModel buildVit(const std::string& preset, at::Generator& gen);
-EagerModel buildSwin(const std::string& preset, at::Generator& gen);
-EagerModel buildConvnext(const std::string& preset, at::Generator& gen);
+EagerModel buildGpt2(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildBert(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildOpt(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildOpt350m(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildPhi(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildLlama(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildVit(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildSwin(const std::string& preset, int64_t layers, at::Generator& gen);
+EagerModel buildConvnext(const std::string& preset, int64_t layers, at::Generator& gen);
 
 }  // namespace foldnorm::zoo

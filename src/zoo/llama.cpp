@@ -121,8 +121,9 @@ TORCH_MODULE(LlamaModel);
 
 }  // namespace
 
-EagerModel buildLlama(const std::string& preset, at::Generator& gen) {
+EagerModel buildLlama(const std::string& preset, int64_t layers, at::Generator& gen) {
   auto c = configFor(preset);
+  setDepth(c.layers, layers);
   CausalLM<LlamaModel> model("LlamaForCausalLM", "model", LlamaModel(c), c.hidden, c.vocab, false);
   return causalLmModel(model, preset, c.vocab, gen);
 }

@@ -137,12 +137,16 @@ EagerModel build(const OptConfig& c, const std::string& preset, at::Generator& g
 
 }  // namespace
 
-EagerModel buildOpt(const std::string& preset, at::Generator& gen) {
-  return build(preLnConfig(preset), preset, gen);
+EagerModel buildOpt(const std::string& preset, int64_t layers, at::Generator& gen) {
+  auto c = preLnConfig(preset);
+  setDepth(c.layers, layers);
+  return build(c, preset, gen);
 }
 
-EagerModel buildOpt350m(const std::string& preset, at::Generator& gen) {
-  return build(postLnConfig(preset), preset, gen);
+EagerModel buildOpt350m(const std::string& preset, int64_t layers, at::Generator& gen) {
+  auto c = postLnConfig(preset);
+  setDepth(c.layers, layers);
+  return build(c, preset, gen);
 }
 
 }  // namespace foldnorm::zoo

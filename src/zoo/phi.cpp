@@ -110,8 +110,9 @@ PhiConfig configFor(const std::string& preset) {
 
 }  // namespace
 
-EagerModel buildPhi(const std::string& preset, at::Generator& gen) {
+EagerModel buildPhi(const std::string& preset, int64_t layers, at::Generator& gen) {
   auto c = configFor(preset);
+  setDepth(c.layers, layers);
   CausalLM<PhiModel> model("PhiForCausalLM", "model", PhiModel(c), c.hidden, c.vocab, true);
   return causalLmModel(model, preset, c.vocab, gen);
 }

@@ -204,7 +204,8 @@ SwinConfig configFor(const std::string& preset) {
 
 }  // namespace
 
-EagerModel buildSwin(const std::string& preset, at::Generator& gen) {
+EagerModel buildSwin(const std::string& preset, int64_t layers, at::Generator& gen) {
+  refuseDepth("swin_t", layers);
   auto c = configFor(preset);
   return imageModel(SwinTransformer(c), preset, c.image, gen);
 }

@@ -126,8 +126,9 @@ VitConfig configFor(const std::string& preset) {
 
 }  // namespace
 
-EagerModel buildVit(const std::string& preset, at::Generator& gen) {
+EagerModel buildVit(const std::string& preset, int64_t layers, at::Generator& gen) {
   auto c = configFor(preset);
+  setDepth(c.layers, layers);
   return imageModel(VisionTransformer(c), preset, c.image, gen);
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 struct ZooEntry {
   ZooModelInfo info;
-  zoo::EagerModel (*build)(const std::string& preset, at::Generator& gen);
+  zoo::EagerModel (*build)(const std::string& preset, int64_t layers, at::Generator& gen);
 };
 
 // The registry as one table, in the order `zoo list` shows (GPT-2 first): name, what it is,
@@ -96,11 +96,11 @@ const ZooModelInfo& findZooModel(const std::string& name) { return findEntry(nam
 
 namespace zoo {
 
-EagerModel makeEagerModel(const std::string& name, const std::string& preset, uint64_t seed) {
+EagerModel makeEagerModel(const std::string& name, const std::string& preset, uint64_t seed, int64_t layers) {
   const auto& entry = findEntry(name);
   auto checked = checkedPreset(entry.info, preset);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto model = entry.build(checked, gen);
+  auto model = entry.build(checked, layers, gen);
   model.name = name;
   model.preset = checked;
   model.root->eval();
@@ -116,8 +116,9 @@ void buildZooModel(const std::string& name, const std::string& outPath, const Zo
   const auto& info = findZooModel(name);
   auto preset = checkedPreset(info, options.preset);
 
-  say("building " + name + " (" + preset + ") with seed " + std::to_string(options.seed));
-  auto model = zoo::makeEagerModel(name, preset, options.seed);
+  say("building " + name + " (" + preset + (options.layers > 0 ? ", " + std::to_string(options.layers) + " layers" : "") +
+      ") with seed " + std::to_string(options.seed));
+  auto model = zoo::makeEagerModel(name, preset, options.seed, options.layers);
   say(std::to_string(zoo::countParameters(*model.root)) + " parameters");
 
   auto inputs = zoo::makeInputs(model.inputs, options.seed);

@@ -27,9 +27,10 @@ struct EagerModel {
   std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)> forward;
 };
 
-/// Builds model `name` at `preset` with weights drawn from `seed`. Throws foldnorm::Error for an
-/// unknown name or preset.
-EagerModel makeEagerModel(const std::string& name, const std::string& preset, uint64_t seed);
+/// Builds model `name` at `preset` with weights drawn from `seed` (`layers` > 0: that many layers
+/// instead of the preset's, the width unchanged). Throws foldnorm::Error for an unknown name or
+/// preset, or a depth the model cannot take.
+EagerModel makeEagerModel(const std::string& name, const std::string& preset, uint64_t seed, int64_t layers = 0);
 
 /// Tensors matching `specs`, drawn from `seed` (integers uniform in the range, floats standard
 /// normal or uniform in the range).

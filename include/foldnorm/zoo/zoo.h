@@ -32,6 +32,7 @@ const ZooModelInfo& findZooModel(const std::string& name);
 struct ZooBuildOptions {
   std::string preset;  // empty: the model's default preset
   uint64_t seed = 0;   // weights and the example inputs used for tracing
+  int64_t layers = 0;  // > 0: that many layers at the preset's width (a full-width model that fits)
   std::function<void(const std::string&)> progress;  // optional; one line per step
 };
 
