@@ -241,7 +241,7 @@ TEST_CASE("the same seed builds the same model, another seed another", "[zoo]") 
   CHECK_FALSE(torch::equal(pa["transformer.h.0.ln_1.weight"], pc["transformer.h.0.ln_1.weight"]));
 }
 
-TEST_CASE("--layers builds the preset's width with that many layers, and a model with stages refuses it", "[zoo]") {
+TEST_CASE("zoo --layers builds the preset's width with that many layers, and a model with stages refuses it", "[zoo]") {
   auto a = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1), b = foldnorm::zoo::makeEagerModel("gpt2", "tiny", 1, 3);
   auto pa = a.root->named_parameters(), pb = b.root->named_parameters();
   CHECK(pa.contains("transformer.h.1.ln_1.weight"));
