@@ -76,10 +76,7 @@ class Planner {
   bool keepsFibers(const jit::Node* n, int64_t d) const {
     if (lastDim(n->input(0)) != d || lastDim(n->output()) != d) return false;
     const auto rank = static_cast<int64_t>(shapes_.at(n->input(0)).size());
-    if (n->kind() == c10::aten::dropout) {
-      auto train = jit::toIValue(n->input(2));
-      return train && train->isBool() && !train->toBool();
-    }
+    if (n->kind() == c10::aten::dropout) return isEvalDropout(n);
     if (n->kind() == c10::aten::slice || n->kind() == c10::aten::select) {
       auto dim = intArg(n, 1);
       if (!dim) return false;
