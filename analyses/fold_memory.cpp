@@ -12,6 +12,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/fold/fold_memory.h"
 #include "foldnorm/zoo/zoo.h"
+#include "program_error.h"
 
 using namespace foldnorm;
 
@@ -43,7 +44,6 @@ int main(int argc, char** argv) {
     std::cout << memoryTable(report);
     return report.verified ? 0 : 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fold_memory: error: %s\n", e.what());
-    return 1;
+    return foldnorm::analyses::reportFailure("fold_memory", e);
   }
 }

@@ -32,6 +32,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/import/export.h"
 #include "foldnorm/zoo/zoo.h"
+#include "program_error.h"
 
 namespace fs = std::filesystem;
 using namespace foldnorm;
@@ -240,8 +241,7 @@ int main(int argc, char** argv) {
     std::cout << md.str();
     std::cerr << "wrote " << out << "\n";
   } catch (const std::exception& e) {
-    std::cerr << "foldability_table: " << e.what() << "\n";
-    return 1;
+    return foldnorm::analyses::reportFailure("foldability_table", e);
   }
   return 0;
 }

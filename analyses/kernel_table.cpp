@@ -18,6 +18,7 @@
 #include "docs_output.h"
 #include "foldnorm/common/error.h"
 #include "foldnorm/common/measure.h"
+#include "program_error.h"
 
 namespace fs = std::filesystem;
 using namespace foldnorm::bench;
@@ -80,8 +81,7 @@ int main(int argc, char** argv) {
     std::cout << formatNormBenchTable(report);
     std::cerr << "wrote " << out << " and " << data << "\n";
   } catch (const std::exception& e) {
-    std::cerr << "kernel_table: " << e.what() << "\n";
-    return 1;
+    return foldnorm::analyses::reportFailure("kernel_table", e);
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 // RMSNorm, not rotated), and rotated (randomized Hadamard; random orthogonal). The stream is
 // measured at every norm's input; a linear input is whatever a linear/addmm reads from a norm.
 // Metrics are over the example inputs and `sets - 1` random input sets of the spec.
+#include <CLI/CLI.hpp>
 #include <torch/script.h>
 
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "foldnorm/import/torchscript.h"
 #include "foldnorm/torch/torch_model.h"
 #include "foldnorm/zoo/zoo.h"
+#include "program_error.h"
 
 using namespace foldnorm;
 namespace jit = torch::jit;
@@ -135,25 +137,20 @@ void plant(const jit::Module& m, int64_t channels, double factor) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::string preset = "tiny", out;
   int64_t channels = 2;
   double factor = 25;
   uint64_t seed = 0;
   int sets = 4;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--preset") preset = v;
-    else if (a == "--channels") channels = std::stoll(v);
-    else if (a == "--factor") factor = std::stod(v);
-    else if (a == "--seed") seed = std::stoull(v);
-    else if (a == "--sets") sets = std::stoi(v);
-    else if (a == "--out") out = v;
-    else {
-      std::cerr << "rotation_outliers: unknown option " << a << "\n";
-      return 2;
-    }
-  }
+  CLI::App app{"Outlier channels and simulated int8/int4 activation error before and after foldnorm rotate"};
+  app.add_option("--preset", preset, "Zoo GPT-2 preset");
+  app.add_option("--channels", channels, "Channels with planted outliers")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--factor", factor, "How much larger those channels are")->check(CLI::Range(1e-6, 1e6));
+  app.add_option("--seed", seed, "Seed of the model and the rotation");
+  app.add_option("--sets", sets, "Input sets: the example inputs and sets - 1 random ones")->check(CLI::Range(1, 1000));
+  app.add_option("--out", out, "Also write the table here");
+  CLI11_PARSE(app, argc, argv);
   const auto dir = std::filesystem::temp_directory_path() / ("foldnorm-rotation-outliers-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto clean = (dir / "gpt2.pt").string(), planted = (dir / "gpt2-planted.pt").string();
@@ -207,4 +204,12 @@ int main(int argc, char** argv) {
   for (const auto& f : {clean, planted}) std::filesystem::remove(f);
   std::filesystem::remove(dir);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    return foldnorm::analyses::reportFailure("rotation_outliers", e);
+  }
 }

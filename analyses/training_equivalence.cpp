@@ -30,6 +30,7 @@
 #include "foldnorm/common/error.h"
 #include "foldnorm/train/char_lm.h"
 #include "foldnorm/train/tiny_gpt.h"
+#include "program_error.h"
 
 namespace {
 
@@ -308,8 +309,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);
-  } catch (const foldnorm::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {
+    return foldnorm::analyses::reportFailure("training_equivalence", e);
   }
 }

@@ -10,16 +10,23 @@ file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
 set(failures 0)
 
-# expect(NAME RC "stderr fragment" args...): exit code RC, stderr containing the fragment.
-function(expect name rc fragment)
-  execute_process(COMMAND ${FOLDNORM} ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# expect_from(PROGRAM NAME RC "stderr fragment" args...): exit code RC, stderr containing the
+# fragment and no C++ backtrace (LibTorch's "Exception raised from ..." and "frame #N" lines).
+function(expect_from program name rc fragment)
+  execute_process(COMMAND ${program} ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT got STREQUAL "${rc}")
     message(SEND_ERROR "${name}: exit code ${got}, expected ${rc}\nstderr: ${err}")
   elseif(NOT err MATCHES "${fragment}")
     message(SEND_ERROR "${name}: stderr lacks '${fragment}'\nstderr: ${err}")
+  elseif(err MATCHES "Exception raised from|frame #[0-9]")
+    message(SEND_ERROR "${name}: stderr carries a C++ backtrace\nstderr: ${err}")
   else()
     message(STATUS "ok: ${name} (exit ${got})")
   endif()
+endfunction()
+# expect(NAME RC "stderr fragment" args...): the same for the foldnorm command.
+function(expect name rc fragment)
+  expect_from(${FOLDNORM} "${name}" ${rc} "${fragment}" ${ARGN})
 endfunction()
 
 execute_process(COMMAND ${FOLDNORM} zoo gpt2 --preset tiny -o ${OUT}/gpt2.pt RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
@@ -104,6 +111,27 @@ zip_folder(newer archive_format "pt2" archive_version "0" byteorder "little"
 expect("a .pt2 schema major too new" 2 "export schema 9.0.*reads schema major 8" inspect ${OUT}/newer.pt2)
 if(RENDER)
   expect("render of a bad .pt2" 2 "not a torch.export archive" render ${OUT}/text.pt2 -o ${OUT}/x.svg)
+endif()
+
+# The analyses programs keep the same contract (issue 28: `e2e_speed --device cuda` on a machine
+# without a GPU printed LibTorch's backtrace after tracing a 124M-parameter model). The test runs
+# with CUDA_VISIBLE_DEVICES empty, so cuda is absent even on a GPU machine.
+if(DEFINED ANALYSES_BIN)
+  expect_from(${ANALYSES_BIN}/e2e_speed "e2e_speed on cuda without a GPU" 1
+              "^e2e_speed: error: timing on cuda needs a CUDA device[^\n]*\n$"
+              --device cuda --models gpt2:small --seq 32 --out ${OUT}/e2e.md --data ${OUT}/e2e.dat)
+  expect_from(${ANALYSES_BIN}/e2e_speed "e2e_speed with an unknown preset" 1 "unknown preset 'nope' for zoo model 'gpt2'"
+              --models gpt2:nope --seq 32 --out ${OUT}/e2e.md --data ${OUT}/e2e.dat)
+  expect_from(${ANALYSES_BIN}/kernel_table "kernel_table on cuda without a GPU" 1
+              "^kernel_table: error: timing on cuda needs a CUDA device"
+              --device cuda --out ${OUT}/k.md --data ${OUT}/k.dat)
+  expect_from(${ANALYSES_BIN}/rotation_outliers "rotation_outliers with a bad count" 105 "--sets: Value x"
+              --sets x --out ${OUT}/r.md)
+  foreach(f e2e.md e2e.dat k.md k.dat r.md)
+    if(EXISTS ${OUT}/${f})
+      message(SEND_ERROR "an analyses program that failed wrote ${f}")
+    endif()
+  endforeach()
 endif()
 
 file(SHA256 ${OUT}/gpt2.pt after)

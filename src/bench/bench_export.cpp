@@ -119,7 +119,7 @@ Bind bindProgram(const ExportInterpreter& program) {
 
 FoldedExport foldExportForBench(const ImportedModel& model, const AnalysisResult& analysis,
                                 const BenchModelOptions& options, std::ostream& progress) {
-  detail::checkOptions(options);
+  checkOptions(options);
   if (!model.exported) throw std::logic_error("bench: a .pt2 fold of a model that is not a .pt2");
   detail::requireSomethingFolds(model, analysis);
   const auto foldOptions = detail::foldOptionsFor(options, progress);
@@ -128,7 +128,7 @@ FoldedExport foldExportForBench(const ImportedModel& model, const AnalysisResult
 
 ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& folded,
                                const BenchModelOptions& options, std::ostream& progress) {
-  detail::checkOptions(options);
+  checkOptions(options);
   if (!model.exported || !model.exported->archive)
     throw std::logic_error("bench: a .pt2 fold of a model that is not a .pt2");
   const auto& archive = *model.exported->archive;
@@ -177,7 +177,7 @@ ModelBenchReport runModelBench(const ImportedModel& model, const FoldedExport& f
 
 ModelBenchReport benchModel(const ImportedModel& model, const AnalysisResult& analysis,
                             const BenchModelOptions& options, std::ostream& progress) {
-  detail::checkOptions(options);
+  checkOptions(options);
   detail::requireSomethingFolds(model, analysis);
   const ModelFold fold = Model::borrow(model).fold(analysis, detail::foldOptionsFor(options, progress));
   // Each format's fold to its own timer (runModelBench's two overloads).

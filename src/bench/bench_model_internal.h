@@ -21,7 +21,6 @@ struct Module;
 namespace foldnorm::bench::detail {
 
 at::ScalarType parseDtype(const std::string& name);
-void checkOptions(const BenchModelOptions& options);
 RmsOp rmsOpOf(const BenchModelOptions& options);
 /// The FoldOptions of a bench's fold: verified on the CPU with options.verifyRandomInputs sets.
 FoldOptions foldOptionsFor(const BenchModelOptions& options, std::ostream& progress);

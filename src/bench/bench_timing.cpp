@@ -62,29 +62,6 @@ at::ScalarType parseDtype(const std::string& name) {
 
 RmsOp rmsOpOf(const BenchModelOptions& o) { return parseRmsOp(o.rmsOp); }
 
-void checkOptions(const BenchModelOptions& o) {
-  if (o.device != "cpu" && o.device != "cuda")
-    throw SettingError("device", "unknown device '" + o.device + "' (cpu or cuda)");
-  if (o.device == "cuda" && !torch::cuda::is_available())
-    throw SettingError("device", "timing on cuda needs a CUDA device, but LibTorch sees none here "
-                                 "(torch::cuda::is_available() is false); time on cpu");
-  parseDtype(o.dtype);
-  rmsOpOf(o);
-  for (auto s : o.seqs)
-    if (s <= 0) throw SettingError("seq", "sequence lengths must be positive, got " + std::to_string(s));
-  if (o.batch < 0) throw SettingError("batch", "the batch size must be positive (or 0 for the spec's batch)");
-  // The profiling executor profiles on run 1 and optimises on run 2; fewer would time those.
-  if (o.warmup < 2)
-    throw SettingError("warmup", "at least 2 warm-up forwards are needed (the TorchScript executor profiles "
-                                 "on the first run and optimises on the second)");
-  if (o.reps < 2) throw SettingError("reps", "at least 2 timed rounds are needed for a median and a spread");
-  if (!(o.caseSeconds >= 0))
-    throw SettingError("case_seconds", "the timed seconds per length must not be negative (0: exactly reps rounds)");
-  if (o.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
-  if (o.layouts < 1)
-    throw SettingError("layouts", "at least 1 parameter layout per length is needed (1: where each load put them)");
-}
-
 c10::Device deviceOf(const BenchModelOptions& o) { return c10::Device(o.device == "cuda" ? c10::kCUDA : c10::kCPU); }
 
 ScopedThreads::ScopedThreads(int threads) : previous_(at::get_num_threads()) {
@@ -359,6 +336,29 @@ bool hugePagesInUse() { return hugePages; }
 }  // namespace detail
 
 using namespace detail;
+
+void checkOptions(const BenchModelOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda")
+    throw SettingError("device", "unknown device '" + o.device + "' (cpu or cuda)");
+  if (o.device == "cuda" && !torch::cuda::is_available())
+    throw SettingError("device", "timing on cuda needs a CUDA device, but LibTorch sees none here "
+                                 "(torch::cuda::is_available() is false); time on cpu");
+  parseDtype(o.dtype);
+  rmsOpOf(o);
+  for (auto s : o.seqs)
+    if (s <= 0) throw SettingError("seq", "sequence lengths must be positive, got " + std::to_string(s));
+  if (o.batch < 0) throw SettingError("batch", "the batch size must be positive (or 0 for the spec's batch)");
+  // The profiling executor profiles on run 1 and optimises on run 2; fewer would time those.
+  if (o.warmup < 2)
+    throw SettingError("warmup", "at least 2 warm-up forwards are needed (the TorchScript executor profiles "
+                                 "on the first run and optimises on the second)");
+  if (o.reps < 2) throw SettingError("reps", "at least 2 timed rounds are needed for a median and a spread");
+  if (!(o.caseSeconds >= 0))
+    throw SettingError("case_seconds", "the timed seconds per length must not be negative (0: exactly reps rounds)");
+  if (o.threads < 0) throw SettingError("threads", "the thread count must not be negative (0: LibTorch's default)");
+  if (o.layouts < 1)
+    throw SettingError("layouts", "at least 1 parameter layout per length is needed (1: where each load put them)");
+}
 
 void keepLargeBuffersOnHeap() {
   // Model outputs (e.g. [1, 2048, 50257] logits) are >= 32 MiB: glibc would mmap and page-fault

@@ -85,6 +85,12 @@ struct BenchModelOptions {
   std::vector<std::string> inputSpecs;  // input spec texts; empty: the model's embedded spec
 };
 
+/// Throws SettingError (naming the option) for options no bench can run: an unknown device or
+/// dtype, cuda where LibTorch sees no CUDA device, non-positive lengths, too few warm-ups or
+/// rounds. Every runner checks first; a program that builds models before benching (e2e_speed)
+/// calls it up front so a bad option costs no model build.
+void checkOptions(const BenchModelOptions& options);
+
 /// Median and p10-p90 of a set of samples.
 struct Spread {
   double median = 0;
