@@ -291,8 +291,7 @@ void startBench(App& app) {
         report = std::make_shared<const bench::ModelBenchReport>(
             bench::benchModel(model->imported(), model->analysis, options, out));
       } catch (const std::exception& e) {
-        error = e.what();
-        if (auto nl = error.find('\n'); nl != std::string::npos) error.resize(nl);
+        error = errorCause(e.what());  // the failing op and its cause, not the interpreter's first line
       }
     }
     const double seconds = secondsSince(t0);
@@ -374,8 +373,7 @@ void startFold(App& app) {
         state.marks = render::foldedMarksFor(model.graph(), loadedModel->analysis, loaded->imported().graph);
         state.folded = loaded;
       } catch (const std::exception& e) {
-        state.foldedError = e.what();
-        if (auto nl = state.foldedError.find('\n'); nl != std::string::npos) state.foldedError.resize(nl);
+        state.foldedError = errorCause(e.what());
       }
       std::error_code ec;
       fs::remove(tmp, ec);

@@ -62,3 +62,33 @@ TEST_CASE("a torch.export node's stack trace gives its source line", "[errors]")
   CHECK(pythonSourceLine("  File \"/venv/torch/nn/functional.py\", line 9, in linear\n") == "functional.py:9");
   CHECK(pythonSourceLine("").empty());
 }
+
+TEST_CASE("a LibTorch error's C++ backtrace never reaches the line shown", "[errors]") {
+  std::string what;
+  try {
+    (void)at::ones({2, 3}).view({4});  // a c10::Error with its backtrace in what()
+    FAIL("an impossible view ran");
+  } catch (const std::exception& e) {  // as the GUI sees it: no LibTorch types
+    what = e.what();
+  }
+  INFO(what);
+  const auto stripped = withoutBacktrace(what);
+  CHECK(stripped.find("frame #") == std::string::npos);
+  CHECK(stripped.find("Exception raised from") == std::string::npos);
+  CHECK(stripped.find("shape '[4]' is invalid") != std::string::npos);
+  CHECK(errorCause(what).find("shape '[4]' is invalid for input of size 6") != std::string::npos);
+  // An interpreter failure with a backtrace appended: the cause is the message's last line, not a
+  // frame of the C++ stack.
+  const std::string wrapped =
+      "The following operation failed in the TorchScript interpreter.\n"
+      "Traceback of TorchScript, serialized code (most recent call last):\n"
+      "  File \"code/__torch__/m.py\", line 3, in forward\n"
+      "    return torch.index_select(y, 0, i)\n"
+      "           ~~~~~~~~~~~~~~~~~~ <--- HERE\n"
+      "RuntimeError: index out of range in self\n"
+      "Exception raised from index_select_out_cpu_ at /pytorch/aten/src/ATen/native/TensorAdvancedIndexing.cpp:1460 "
+      "(most recent call first):\n"
+      "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f in libc10.so)\n";
+  CHECK(errorCause(wrapped) == "torch.index_select: index out of range in self");
+  CHECK(withoutBacktrace("no stack here\n") == "no stack here\n");
+}

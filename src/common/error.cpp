@@ -39,7 +39,18 @@ std::string firstLine(const std::string& s) {
   return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
 }
 
-std::string errorCause(const std::string& what) {
+std::string withoutBacktrace(const std::string& what) {
+  // c10::Error::what() appends "Exception raised from F at FILE:LINE (most recent call first):"
+  // and "frame #N: ..." lines after the message (older builds start straight with the frames).
+  for (const char* start : {"Exception raised from ", "frame #0: "}) {
+    for (auto at = what.find(start); at != std::string::npos; at = what.find(start, at + 1))
+      if (at == 0 || what[at - 1] == '\n') return what.substr(0, at);
+  }
+  return what;
+}
+
+std::string errorCause(const std::string& full) {
+  const std::string what = withoutBacktrace(full);
   if (what.find("Traceback of TorchScript") == std::string::npos &&
       what.find("operation failed in the TorchScript interpreter") == std::string::npos)
     return firstLine(what);

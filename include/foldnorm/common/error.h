@@ -16,12 +16,17 @@ class Error : public std::runtime_error {
 /// TorchScript compiler's start with a newline).
 std::string firstLine(const std::string& s);
 
+/// A LibTorch message without the C++ backtrace c10::Error::what() appends ("Exception raised
+/// from ..." and "frame #N: ..." lines); any other message unchanged. For code that sees only
+/// std::exception (no LibTorch headers: the GUI).
+std::string withoutBacktrace(const std::string& what);
+
 /// One line that keeps a LibTorch error's cause. A failure inside the TorchScript interpreter
 /// reads "The following operation failed in the TorchScript interpreter." first and its cause
 /// last, after the frames: this gives "OP at FILE:LINE: CAUSE" (the op the interpreter's marker
 /// underlines, the innermost frame of the original Python code outside torch itself, the closing
 /// line without its exception type), each part where the message has it. Any other message: its
-/// first line.
+/// first line. A C++ backtrace after the message is dropped first (withoutBacktrace).
 std::string errorCause(const std::string& what);
 
 /// "file.py:N" of the innermost frame of a Python stack trace ('File "/x/file.py", line N, in f'
