@@ -15,6 +15,11 @@
 #       CPU parts still run (tiny models: what CI runs, tests/CMakeLists.txt gpu_check_cpu_mode).
 #   scripts/gpu-check.sh --reuse-build DIR ...
 #       Skip configure and build: run the steps with the binaries already in DIR.
+#   scripts/gpu-check.sh --reuse-build DIR --rehearse-cuda
+#       On a machine without a GPU: take the CUDA branch anyway, with tiny zoo models, and expect
+#       every CUDA step to get past its argument parsing and be refused only for want of a CUDA
+#       device ("[ok]   NAME: refused: no CUDA device"); any other failure is a FAIL. So a typo in
+#       the steps a lent GPU runs shows here, not on the device (CI: gpu_check_cuda_rehearsal).
 #
 # Everything is time-boxed: each step gets a timeout and the whole run stops starting steps when
 # --budget (default 560 s, for a 10-minute slot with time to copy results back) is spent.
@@ -25,6 +30,7 @@ vendor_dir=$repo/build-vendor
 build_dir=$repo/build-gpu
 vendor_only=OFF
 reuse=0
+rehearse=0
 budget=560
 python=${FOLDNORM_PYTHON:-python3}
 
@@ -72,7 +78,8 @@ while [[ $# -gt 0 ]]; do
     --build) build_dir=$2; shift 2 ;;
     --reuse-build) build_dir=$(cd "$2" 2>/dev/null && pwd) || die "no folder $2"; reuse=1; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --rehearse-cuda) rehearse=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -106,6 +113,12 @@ step() {
   local t0=$(date +%s) rc=0
   timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
   local took=$(( $(date +%s) - t0 ))
+  # A rehearsal's CUDA step passes when the command refused for want of a device, nothing else.
+  if (( rehearse && rc != 0 )) && tail -n 3 "$out/$name.log" | grep -qE \
+       'needs a CUDA device|no CUDA device is available|torch.cuda.is_available\(\) is false'; then
+    note "[ok]   $name: refused: no CUDA device (${took} s)"
+    return 0
+  fi
   case $rc in
     0) note "[ok]   $name (${took} s)" ;;
     124|137) note "[TIME] $name: stopped after ${limit} s (log: $name.log)" ;;
@@ -130,7 +143,11 @@ table() { [[ -f $out/$1.log ]] && grep -v '^\[' "$out/$1.log" >"$out/$1.txt"; re
 cat "$out/machine.txt"
 
 cuda=0
-if "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if (( rehearse )); then
+  export CUDA_VISIBLE_DEVICES=  # no device even where there is one: each CUDA step must refuse
+  cuda=1
+  note "REHEARSAL: the CUDA steps with tiny models and no device; each must be refused only for want of one"
+elif "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   cuda=1
   note "CUDA device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
 else
@@ -159,106 +176,112 @@ step build 420 cmake --build "$build_dir" -j "$(nproc)" --target foldnorm e2e_sp
 fi
 bin=$build_dir/bin
 
-# ---- correctness first: the kernels against float64 (gradcheck through the ops, on the GPU too) ----
-step python-gradcheck 90 "$python" "$repo/tests/python/test_ops_grad.py" "$build_dir/lib/libfoldnorm_ops.so"
-
-# ---- zoo models (traced here, in seconds), each folded and verified on the device ----
+# ---- helpers of the steps below ----
+models=$build_dir/gpu-models
+(( rehearse )) && models=$build_dir/gpu-models-rehearsal  # tiny files under real names: kept apart
+mkdir -p "$models"
+device=cpu
+(( cuda )) && device=cuda
+# zoo_fold NAME PRESET: the zoo model (traced here, in seconds) and its fold, verified on $device.
 # A CPU trace names the CPU in its constants (devices, `device=None` factories): the fold's
 # verification retargets both models to the GPU (issue 28); GPT-2 and OPT failed here before.
-models=$build_dir/gpu-models
-mkdir -p "$models"
-declare -A seqs
-if (( cuda )); then
-  zoo=("gpt2 small" "opt 125m" "vit b_16" "bert base" "gpt2 medium" "phi phi-2")
-  # Up to each model's position table: GPT-2 1024, BERT 512, OPT 2048; ViT has one length.
-  seqs=([gpt2]=128,512,1024 [bert]=128,512 [opt]=128,512,2048 [vit]=197 [phi]=128,512,2048)
-  device=cuda
-else
-  zoo=("gpt2 tiny" "opt tiny")
-  seqs=([gpt2]=32 [opt]=32)
-  device=cpu
-fi
-for entry in "${zoo[@]}"; do
-  read -r name preset <<<"$entry"
-  step "zoo-$name-$preset" 120 "$bin/foldnorm" zoo "$name" --preset "$preset" -o "$models/$name-$preset.pt" || continue
-  step "fold-$name-$preset-$device" 150 "$bin/foldnorm" fold "$models/$name-$preset.pt" \
-    -o "$models/$name-$preset-folded.pt" --device "$device" --random 1 --json
-done
+# A rehearsal builds the tiny preset under the requested name (the later steps find it there).
+zoo_fold() {
+  local build_preset=$2
+  (( rehearse )) && build_preset=tiny
+  step "zoo-$1-$2" 120 "$bin/foldnorm" zoo "$1" --preset "$build_preset" -o "$models/$1-$2.pt" || return 0
+  step "fold-$1-$2-$device" 150 "$bin/foldnorm" fold "$models/$1-$2.pt" \
+    -o "$models/$1-$2-folded.pt" --device "$device" --random 1 --json
+  return 0
+}
+# e2e NAME LIMIT ARGS...: an e2e_speed table as NAME.md and NAME.dat.
+e2e() {
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" "$bin/e2e_speed" "$@" --case-seconds 0 --layouts 1 --out "$out/$name.md" --data "$out/$name.dat"
+}
+# profile NAME LIMIT ARGS...: analyses/profile_e2e.py on the models zoo_fold made (others it makes).
+profile() {
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
+    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" "$@"
+}
+# bench_norm NAME LIMIT ARGS...: a bench-norm table, NAME.txt without the progress lines.
+bench_norm() {
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" "$bin/foldnorm" bench-norm "$@"
+  table "$name"
+}
+# cli_bench NAME PRESET DTYPE SEQS LIMIT ARGS...: the CLI's bench of a model zoo_fold made (null
+# fold beside, paired ratios).
+cli_bench() {
+  local name=$1 preset=$2 dtype=$3 seqs=$4 limit=$5
+  shift 5
+  local model=$models/$name-$preset.pt tag="bench-$name-$preset-$device-$dtype"
+  [[ -f $model ]] || { note "[skip] $tag: the zoo step made no model"; return 0; }
+  step "$tag" "$limit" "$bin/foldnorm" bench "$model" --device "$device" --dtype "$dtype" --seq "$seqs" \
+    --json-out "$out/$tag.json" "$@"
+  table "$tag"
+}
 
-# ---- end to end where folding matters: original vs folded (+ fused), float32 and bfloat16 ----
+# ---- the steps, most important first: a run the budget cuts short still brings back the
+# correctness checks, the kernel table and the first end-to-end table ----
+# Correctness: the kernels against float64 (gradcheck through the ops, on the GPU too).
+step python-gradcheck 90 "$python" "$repo/tests/python/test_ops_grad.py" "$build_dir/lib/libfoldnorm_ops.so"
 if (( cuda )); then
-  for dtype in float32 bfloat16; do
-    step "e2e-cuda-$dtype-b8" 150 "$bin/e2e_speed" --device cuda --dtype "$dtype" --fuse both --batch 8 \
-      --models gpt2:small,opt:125m,vit:b_16,bert:base --seq 128,512 --warmup 10 --reps 15 \
-      --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-$dtype-b8.md" --data "$out/e2e_cuda_${dtype}_b8.dat"
-  done
-  step e2e-cuda-bfloat16-b1 150 "$bin/e2e_speed" --device cuda --dtype bfloat16 --fuse both --batch 1 \
-    --models gpt2:small,gpt2:medium,opt:125m,phi:phi-2 --seq 128,1024 --warmup 10 --reps 15 \
-    --case-seconds 0 --layouts 1 --huge-pages off --out "$out/e2e-cuda-bfloat16-b1.md" --data "$out/e2e_cuda_bfloat16_b1.dat"
-fi
-
-# ---- where the time goes: each op's device time (the norms' share), CUDA graphs without launch overhead ----
-if (( cuda )); then
-  step profile-cuda-bfloat16-b8 150 "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
-    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" --device cuda --dtype bfloat16 --batch 8 \
-    --models gpt2:small,opt:125m,vit:b_16 --seq 128,512 --reps 10 --top 10 --cuda-graphs
-  step profile-cuda-float32-b1 120 "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
-    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" --device cuda --dtype float32 --batch 1 \
-    --models gpt2:small,opt:125m --seq 128,1024 --reps 10 --top 10 --cuda-graphs
-else
-  # The same script's CPU path on retargeted bfloat16 files (what the GPU steps run, less CUDA).
-  step profile-cpu-bfloat16 120 "$python" "$repo/analyses/profile_e2e.py" --bin "$bin/foldnorm" \
-    --ops-lib "$build_dir/lib/libfoldnorm_ops.so" --models-dir "$models" --dtype bfloat16 --batch 2 \
-    --models gpt2:tiny --seq 16 --reps 2 --top 4
-fi
-
-# ---- kernels: ours vs aten, interleaved ----
-if (( cuda )); then
-  # Every table also times the fused residual add + RMSNorm against its unfused forms.
-  step bench-norm-cuda 120 "$bin/foldnorm" bench-norm --device cuda --dtype float32 \
-    --hidden 768,1024,4096,8192 --rows 2048,8192,32768 --reps 30
-  table bench-norm-cuda
-  # The 16-bit tables (goal: >= 0.9 of copy bandwidth at hidden >= 4096).
-  step bench-norm-cuda-16bit 120 "$bin/foldnorm" bench-norm --device cuda --dtype bfloat16,float16 \
+  # The two models whose CUDA fold failed before issue 28, folded and verified on the GPU.
+  zoo_fold gpt2 small
+  zoo_fold opt 125m
+  # The kernel tables: ours against aten (goal: >= 0.9 of copy bandwidth), each with the fused
+  # residual add + RMSNorm against its unfused forms.
+  bench_norm bench-norm-cuda 120 --device cuda --dtype float32 --hidden 768,1024,4096,8192 --rows 2048,8192,32768 --reps 30
+  bench_norm bench-norm-cuda-16bit 120 --device cuda --dtype bfloat16,float16 \
     --hidden 768,1024,2048,4096,8192 --rows 8192,32768 --reps 30
-  table bench-norm-cuda-16bit
+  # End to end where folding matters, BERT (post-LN, 1 of 25 LNs folds) as the control:
+  # original vs folded vs folded + fused, the null fold beside each.
+  e2e e2e-cuda-bfloat16-b8 150 --device cuda --dtype bfloat16 --fuse both --batch 8 \
+    --models gpt2:small,opt:125m,vit:b_16,bert:base --seq 128,512 --warmup 10 --reps 15 --huge-pages off
+  # Where the time goes: each op's device time (the norms' share bounds the fold's gain), and
+  # both forwards as CUDA graph replays (launch overhead out).
+  profile profile-cuda-bfloat16-b8 150 --device cuda --dtype bfloat16 --batch 8 \
+    --models gpt2:small,opt:125m --seq 128,512 --reps 10 --top 10 --cuda-graphs
+  e2e e2e-cuda-float32-b8 150 --device cuda --dtype float32 --fuse both --batch 8 \
+    --models gpt2:small,opt:125m,vit:b_16,bert:base --seq 128,512 --warmup 10 --reps 15 --huge-pages off
+  # The rest of the zoo, folded and verified on the GPU; then the larger models end to end at
+  # batch 1 up to their position tables (launch-bound sizes).
+  zoo_fold vit b_16
+  zoo_fold bert base
+  zoo_fold gpt2 medium
+  zoo_fold phi phi-2
+  e2e e2e-cuda-bfloat16-b1 150 --device cuda --dtype bfloat16 --fuse both --batch 1 \
+    --models gpt2:small,gpt2:medium,opt:125m,phi:phi-2 --seq 128,1024 --warmup 10 --reps 15 --huge-pages off
+  profile profile-cuda-float32-b1 120 --device cuda --dtype float32 --batch 1 \
+    --models gpt2:small,opt:125m,vit:b_16 --seq 128,1024 --reps 10 --top 10 --cuda-graphs
+  profile profile-cuda-bfloat16-b1-large 150 --device cuda --dtype bfloat16 --batch 1 \
+    --models gpt2:medium,phi:phi-2 --seq 128,1024 --reps 5 --top 10 --cuda-graphs
   # 16-bit inputs with float32 weight and bias (autocast-style models): the register path with
   # two 16-byte parameter loads per vector, the fused add_rms_norm included.
-  step bench-norm-cuda-16bit-f32params 90 "$bin/foldnorm" bench-norm --device cuda --dtype bfloat16,float16 \
+  bench_norm bench-norm-cuda-16bit-f32params 90 --device cuda --dtype bfloat16,float16 \
     --float32-params --hidden 768,4096,8192 --rows 8192,32768 --reps 20
-  table bench-norm-cuda-16bit-f32params
+  # The CLI's bench on the two models the e2e tables lead with, up to their position tables.
+  cli_bench gpt2 small bfloat16 128,512,1024 120 --batch 8 --warmup 20 --reps 30
+  cli_bench opt 125m bfloat16 128,512,2048 120 --batch 8 --warmup 20 --reps 30
 else
-  note "[skip] bench-norm --device cuda: no CUDA device"
+  note "[skip] the CUDA steps (fold and verify on cuda, bench-norm, e2e, profile, bench): no CUDA device"
+  zoo_fold gpt2 tiny
+  zoo_fold opt tiny
+  # The same profile script's CPU path on retargeted bfloat16 files (what the GPU steps run, less CUDA).
+  profile profile-cpu-bfloat16 120 --dtype bfloat16 --batch 2 --models gpt2:tiny --seq 16 --reps 2 --top 4
+  e2e e2e-cpu-tiny 200 --device cpu --fuse both --models gpt2:tiny,bert:tiny,opt:tiny --seq 32 --warmup 2 --reps 3
+  cli_bench gpt2 tiny float32 32 240 --warmup 2 --reps 3
+  cli_bench opt tiny float32 32 240 --warmup 2 --reps 3
 fi
 # The CPU's 16-bit rows against copy bandwidth (issue 16 item 2: goal >= 0.9 of copy), on this
 # machine's cores: a quiet box measures what the loaded dev machine cannot.
-step bench-norm-cpu-16bit 120 "$bin/foldnorm" bench-norm --device cpu --dtype float32,bfloat16,float16 \
-  --hidden 768,4096,8192 --rows 8192 --reps $(( cuda ? 21 : 5 ))
-table bench-norm-cpu-16bit
-
-if (( ! cuda )); then
-  step e2e-cpu-fused 200 "$bin/e2e_speed" --device cpu --fuse both --models gpt2:tiny,bert:tiny,opt:tiny \
-    --seq 32 --warmup 2 --reps 3 --case-seconds 0 --layouts 1 --out "$out/e2e-cpu-tiny.md" --data "$out/e2e_cpu_tiny.dat"
-fi
-
-# ---- models end to end: original vs folded ----
-for entry in "${zoo[@]}"; do
-  read -r name preset <<<"$entry"
-  model=$models/$name-$preset.pt
-  [[ -f $model ]] || { note "[skip] bench $name-$preset: the zoo step made no model"; continue; }
-  if (( cuda )); then
-    # The CLI's bench (null fold beside, paired ratios) on the two models the e2e tables lead with.
-    [[ $name == gpt2 && $preset == small || $name == opt ]] || continue
-    step "bench-$name-$preset-cuda-bfloat16" 120 "$bin/foldnorm" bench "$model" --device cuda --dtype bfloat16 \
-      --batch 8 --seq "${seqs[$name]}" --warmup 20 --reps 30 --json-out "$out/bench-$name-$preset-cuda-bfloat16.json"
-    table "bench-$name-$preset-cuda-bfloat16"
-  else
-    note "[skip] bench --device cuda: no CUDA device"
-    step "bench-$name-$preset-cpu-float32" 240 "$bin/foldnorm" bench "$model" --device cpu --seq "${seqs[$name]}" \
-      --warmup 2 --reps 3 --json-out "$out/bench-$name-$preset-cpu-float32.json"
-    table "bench-$name-$preset-cpu-float32"
-  fi
-done
+bench_norm bench-norm-cpu-16bit 120 --device cpu --dtype float32,bfloat16,float16 \
+  --hidden 768,4096,8192 --rows 8192 --reps $(( cuda && !rehearse ? 21 : 5 ))
 
 note "done in $(( $(date +%s) - start )) s; results in $out"
 grep -q '^\[FAIL\]\|^\[TIME\]' "$summary" && exit 1
