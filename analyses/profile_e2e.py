@@ -183,6 +183,7 @@ def main():
     if not os.access(a.bin, os.X_OK):
         sys.exit(f"profile_e2e: {a.bin} is not an executable foldnorm CLI")
     torch.set_num_threads(a.threads)
+    failures = []
     with tempfile.TemporaryDirectory(prefix="profile-e2e-") as work:
         for spec in a.models.split(","):
             name, _, preset = spec.partition(":")
@@ -227,7 +228,14 @@ def main():
                           f" of its forward), folded {norm['folded']:.3f} ms; the fold's bound on the end-to-end"
                           f" speed-up: {total['original'] / (total['original'] - norm['original'] + norm['folded']):.4f}")
                     if a.cuda_graphs:
-                        times = graph_replay_times(models, args, max(a.reps, 20))
+                        try:
+                            times = graph_replay_times(models, args, max(a.reps, 20))
+                        except RuntimeError as e:  # a capture the runner does not allow: say why, go on
+                            cause = [line for line in str(e).splitlines() if line.strip()]
+                            print(f"CUDA graph replays: capture failed: {cause[-1] if cause else type(e).__name__}")
+                            failures.append(f"{spec} seq {seq}: CUDA graph capture")
+                            torch.cuda.synchronize()
+                            continue
                         med = {k: statistics.median(v) for k, v in times.items()}
                         ratios = sorted(o / f for o, f in zip(times["original"], times["folded"]))
                         q = len(ratios) // 4
@@ -235,6 +243,8 @@ def main():
                               f"folded {med['folded']:.4f} ms; paired speed-up original/folded median "
                               f"{statistics.median(ratios):.4f} (quartiles {ratios[q]:.4f}-{ratios[-1 - q]:.4f})")
                     sys.stdout.flush()
+    if failures:
+        sys.exit("profile_e2e: failed: " + "; ".join(failures))
 
 
 if __name__ == "__main__":

@@ -102,11 +102,13 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# What a prebuilt folder must match: the sources its binaries come from (a digest of their text,
-# so a checkout anywhere, committed or not, gives the same one).
+# What a prebuilt folder must match: the sources its binaries come from (a digest of the text of
+# every file the build compiles or configures, so a checkout anywhere, committed or not, gives the
+# same one; the Python scripts and docs beside them do not count).
 sources_digest() {
-  (cd "$repo" && find CMakeLists.txt cmake src include analyses -type f 2>/dev/null | LC_ALL=C sort \
-    | xargs md5sum | md5sum | cut -c1-32)
+  (cd "$repo" && find CMakeLists.txt cmake src include analyses -type f \( -name CMakeLists.txt -o -name '*.cmake' \
+     -o -name '*.in' -o -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null \
+    | LC_ALL=C sort | xargs md5sum | md5sum | cut -c1-32)
 }
 torch_of() { "$1" -c 'import torch; print(torch.__version__)' 2>/dev/null; }
 # The folders LibTorch's libraries and the wheel's CUDA libraries live in, for LD_LIBRARY_PATH.
