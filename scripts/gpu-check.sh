@@ -275,7 +275,8 @@ bin=$build_dir/bin
 
 # ---- helpers of the steps below ----
 models=$build_dir/gpu-models
-(( rehearse )) && models=$build_dir/gpu-models-rehearsal  # tiny files under real names: kept apart
+[[ $build_dir == "$prebuilt" ]] && models=$build_dir-models  # the carried folder stays as carried
+(( rehearse )) && models=$models-rehearsal  # tiny files under real names: kept apart
 mkdir -p "$models"
 device=cpu
 (( cuda )) && device=cuda
