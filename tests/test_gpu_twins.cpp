@@ -110,6 +110,7 @@ TEST_CASE("a GPU export (.pt2 naming cuda:0) analyses, folds and verifies on the
     INFO(toText(folded.report));
     CHECK(folded.report.folded.size() == a.foldableCount());
     CHECK(folded.report.tracedDevice == "cuda:0");  // what the file names, kept in the folded program
+    CHECK_THAT(toText(folded.report), Catch::Contains("the folded program names cuda:0, as its input did (verified on cpu)"));
     CHECK(folded.report.verification.ran);
     CHECK(folded.report.verification.float64Equivalent);
     CHECK(folded.report.verification.worstRelative64 < 1e-10);

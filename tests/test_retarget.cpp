@@ -10,6 +10,7 @@
 
 #include "foldnorm/fold/fold.h"
 #include "foldnorm/fold/retarget.h"
+#include "foldnorm/import/input_spec.h"
 #include "foldnorm/zoo/zoo.h"
 #include "helpers.h"
 
@@ -103,4 +104,28 @@ TEST_CASE("a CPU trace retargeted to a GPU names it in every method", "[retarget
   CHECK(again.ran);
   CHECK(again.tracedDevice == "cuda:0");
   CHECK(again.worstRelative < 1e-6);
+}
+
+TEST_CASE("a model returning a dict (a Hugging Face trace's output) is retargeted and checked leaf for leaf", "[retarget]") {
+  // Hugging Face models traced with strict=False return a dict of tensors; the copy's check
+  // flattened only tuples and lists, so every such model failed "another number of outputs".
+  test::ScratchDir dir("foldnorm-retarget");
+  jit::Module m("DictOut");
+  m.register_parameter("w", torch::randn({4, 4}), false);
+  m.define(R"JIT(
+    def forward(self, x):
+        h = torch.matmul(x, self.w)
+        return {"logits": h, "hidden": torch.relu(h)}
+  )JIT");
+  const auto in = (dir.path / "dict.pt").string(), out = (dir.path / "dict-bf16.pt").string();
+  m.save(in, {{kInputSpecExtraFile, inputSpecsToJson({parseInputSpec("3x4:float32")})}});
+  RetargetFileOptions o;
+  o.dtype = "bfloat16";
+  auto r = retargetFile(in, out, o);
+  INFO(toText(r));
+  CHECK(r.ran);
+  CHECK(r.outputs == 2);
+  // bfloat16 rounding shows, and both leaves are the model's (a swapped or dropped leaf is O(1)).
+  CHECK(r.worstRelative > 0);
+  CHECK(r.worstRelative < 0.05);
 }

@@ -127,6 +127,10 @@ std::string toText(const FoldReport& r) {
   if (r.tracedDevice != r.savedDevice)
     out += "the input's constants name " + r.tracedDevice + "; the folded model's name " + r.savedDevice +
            " (where it was folded and verified)\n";
+  else if (r.savedDevice != "cpu")
+    out += "the folded program names " + r.savedDevice + ", as its input did" +
+           (r.verification.ran ? " (verified on " + r.verification.device + ")" : std::string()) +
+           "; torch.export.load needs that device (where it is, torch.export.passes.move_to_device_pass moves the program)\n";
   for (const auto& ins : r.inserted) out += "  " + ins + "\n";
   for (std::size_t i = 0; i < r.kept.size(); ++i)
     out += "  kept LayerNorm " + (r.kept[i].empty() ? std::string("<top>") : r.kept[i]) + ": " + r.keptReasons[i] + "\n";

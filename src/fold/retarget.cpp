@@ -31,22 +31,11 @@ std::optional<at::ScalarType> dtypeNamed(const std::string& name) {
   throw SettingError("dtype", "unknown dtype '" + name + "' (float32, float64, float16, bfloat16)");
 }
 
-std::vector<at::Tensor> flat(const c10::IValue& iv) {
-  std::vector<at::Tensor> out;
-  if (iv.isTensor()) out.push_back(iv.toTensor());
-  else if (iv.isTuple())
-    for (const auto& e : iv.toTupleRef().elements())
-      for (auto& t : flat(e)) out.push_back(t);
-  else if (iv.isList())
-    for (const auto& e : iv.toListRef())
-      for (auto& t : flat(e)) out.push_back(t);
-  return out;
-}
 
 std::vector<at::Tensor> run(jit::Module m, const std::vector<at::Tensor>& inputs) {
   at::NoGradGuard noGrad;
   std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-  return flat(m.forward(in));
+  return outputTensors(m.forward(in));
 }
 
 }  // namespace

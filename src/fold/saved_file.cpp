@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -79,20 +78,6 @@ double worstRelative(const std::vector<at::Tensor>& reference, const std::vector
   return worst;
 }
 
-std::vector<at::Tensor> flattened(const c10::IValue& iv) {
-  std::vector<at::Tensor> out;
-  std::function<void(const c10::IValue&)> walk = [&](const c10::IValue& v) {
-    if (v.isTensor()) out.push_back(v.toTensor());
-    else if (v.isTuple())
-      for (const auto& e : v.toTupleRef().elements()) walk(e);
-    else if (v.isList())
-      for (const auto& e : v.toListRef()) walk(e);
-    else if (v.isGenericDict())
-      for (const auto& kv : v.toGenericDict()) walk(kv.value());
-  };
-  walk(iv);
-  return out;
-}
 
 }  // namespace
 
@@ -135,7 +120,7 @@ SavedFileCheck checkSavedTorchScript(const std::string& path, const FoldedModel&
     std::vector<at::Tensor> out32;
     {
       at::NoGradGuard noGrad;
-      out32 = flattened(reloaded.forward(in));
+      out32 = outputTensors(reloaded.forward(in));
     }
     // Verified on a GPU: the reference is the folded model's run on the CPU (another device
     // rounds differently), made here.

@@ -48,8 +48,13 @@ std::vector<at::Tensor> attributeTensors(const torch::jit::Module& module);
 /// Example inputs drawn from specs (seeded, reproducible).
 std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
 
+/// The tensors of a model's output, in order: tuples, lists and dicts (a Hugging Face trace's
+/// output) flattened, other values (ints, None) dropped. The one flattening every comparison of
+/// outputs uses, so a model and its copy are compared leaf for leaf.
+std::vector<at::Tensor> outputTensors(const c10::IValue& value);
+
 /// Runs `graph` (first input `self`) on `module` and `inputs`; returns the graph's outputs
-/// with tuples and lists flattened to tensors. Runs with the graph executor's optimisations and
+/// flattened to tensors (outputTensors). Runs with the graph executor's optimisations and
 /// autograd off (outputs keep no forward alive).
 std::vector<at::Tensor> runGraph(const torch::jit::Module& module,
                                  const std::shared_ptr<torch::jit::Graph>& graph,
