@@ -31,7 +31,6 @@ std::optional<at::ScalarType> dtypeNamed(const std::string& name) {
   throw SettingError("dtype", "unknown dtype '" + name + "' (float32, float64, float16, bfloat16)");
 }
 
-
 std::vector<at::Tensor> run(jit::Module m, const std::vector<at::Tensor>& inputs) {
   at::NoGradGuard noGrad;
   std::vector<c10::IValue> in(inputs.begin(), inputs.end());

@@ -78,7 +78,6 @@ double worstRelative(const std::vector<at::Tensor>& reference, const std::vector
   return worst;
 }
 
-
 }  // namespace
 
 SavedFileCheck checkSavedTorchScript(const std::string& path, const FoldedModel& folded, const VerificationRuns& runs,

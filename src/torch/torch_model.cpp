@@ -29,6 +29,15 @@ at::ScalarType scalarTypeOf(const std::string& dtype) {
   throw Error("unknown dtype " + dtype);
 }
 
+void flattenTensors(const c10::IValue& iv, std::vector<at::Tensor>& out) {
+  if (iv.isTensor()) out.push_back(iv.toTensor());
+  else if (iv.isTuple())
+    for (const auto& e : iv.toTupleRef().elements()) flattenTensors(e, out);
+  else if (iv.isList())
+    for (const auto& e : iv.toListRef()) flattenTensors(e, out);
+  else if (iv.isGenericDict())
+    for (const auto& kv : iv.toGenericDict()) flattenTensors(kv.value(), out);
+}
 
 }  // namespace
 
@@ -69,20 +78,6 @@ std::vector<at::Tensor> makeInputs(const std::vector<InputSpec>& specs, uint64_t
   }
   return out;
 }
-
-namespace {
-
-void flattenTensors(const c10::IValue& iv, std::vector<at::Tensor>& out) {
-  if (iv.isTensor()) out.push_back(iv.toTensor());
-  else if (iv.isTuple())
-    for (const auto& e : iv.toTupleRef().elements()) flattenTensors(e, out);
-  else if (iv.isList())
-    for (const auto& e : iv.toListRef()) flattenTensors(e, out);
-  else if (iv.isGenericDict())
-    for (const auto& kv : iv.toGenericDict()) flattenTensors(kv.value(), out);
-}
-
-}  // namespace
 
 std::vector<at::Tensor> outputTensors(const c10::IValue& value) {
   std::vector<at::Tensor> out;
